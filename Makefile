@@ -1,0 +1,39 @@
+# Everyday entry points.  `make test` from a fresh clone sets everything up first.
+#   make setup | test [PYTEST_ARGS=...] | serve [HOST=... PORT=...] | bench | clean
+SHELL := bash
+# Same knob as scripts/setup.sh: VKACT_VENV=/path make test
+VKACT_VENV ?= $(CURDIR)/.venv
+export VKACT_VENV
+VENV  := $(VKACT_VENV)
+PY    := $(VENV)/bin/python
+
+# The set-up is idempotent but still costs a few seconds of checks; this stamp lets test/serve/
+# bench skip it until something that affects the environment changes.
+STAMP := $(VENV)/.make-setup-stamp
+$(STAMP): pyproject.toml scripts/setup.sh scripts/build-kp.sh
+	bash scripts/setup.sh
+	touch $@
+
+.PHONY: setup shaders test serve bench clean
+setup:            # explicit request: always run the (idempotent) script
+	bash scripts/setup.sh
+	touch $(STAMP)
+
+# Compile every kernel variant into the content-hashed SPIR-V cache: a shader that does not compile
+# stops here with glslang's message, before any test or request.
+shaders: $(STAMP)
+	$(PY) -m service.shaders
+
+test: shaders
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# HOST/PORT are passed only when given, so the service's own defaults apply otherwise.
+serve: shaders
+	$(if $(HOST),VKACT_HOST=$(HOST)) $(if $(PORT),VKACT_PORT=$(PORT)) $(PY) -m service
+
+bench: shaders
+	$(PY) -m bench
+
+# The kp wheel cache (~/.cache/vkact) stays: it is outside the repo and shared by clones.
+clean:
+	rm -rf $(VENV) .cache

@@ -1,0 +1,1 @@
+"""vkact's Python client (numpy and httpx only)."""

@@ -1,0 +1,10 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common/elementwise.glsl"
+
+// DML_ACTIVATION_CELU_OPERATOR_DESC { Alpha }: max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1)).
+// PARAM(0) = Alpha, PARAM(1) = 1 / Alpha (from the host: a multiply is cheaper than a divide).
+// For x > 0 the second term is 0 whatever the sign of Alpha; NaN takes the second branch and stays NaN.
+float activate(float x) {
+    return x > 0.0 ? x : PARAM(0) * expm1_f(x * PARAM(1));
+}

@@ -1,0 +1,53 @@
+// Storage of each data type. Elements live in 32-bit words so that no device feature is needed
+// (Kompute enables none): FLOAT16 is two halves per word, converted with explicit round-to-nearest-even.
+// Defines per variant: DTYPE_F32 or DTYPE_F16.
+#ifndef VKACT_DTYPE
+#define VKACT_DTYPE
+
+float f16_to_f32(uint h) {
+    uint sign = (h & 0x8000u) << 16;
+    uint expo = (h >> 10) & 0x1fu;
+    uint mant = h & 0x3ffu;
+    if (expo == 0x1fu) return uintBitsToFloat(sign | 0x7f800000u | (mant << 13));    // inf, NaN
+    if (expo != 0u) return uintBitsToFloat(sign | ((expo + 112u) << 23) | (mant << 13));
+    // Zero and subnormals: mant * 2^-24 is exact in fp32 (and survives flush-to-zero of fp32 math).
+    return uintBitsToFloat(sign | floatBitsToUint(float(mant) * 5.9604644775390625e-8));
+}
+
+uint f32_to_f16(float f) {
+    uint x = floatBitsToUint(f);
+    uint sign = (x >> 16) & 0x8000u;
+    uint a = x & 0x7fffffffu;
+    if (a >= 0x7f800000u) return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u | ((a >> 13) & 0x3ffu) : 0u);
+    if (a >= 0x477ff000u) return sign | 0x7c00u;                     // rounds to >= 65520: overflow
+    if (a >= 0x38800000u) {                                           // normal half
+        uint r = a - 0x38000000u;                                     // rebias exponent 127 -> 15
+        r += 0xfffu + ((r >> 13) & 1u);                               // round to nearest, ties to even
+        return sign | (r >> 13);
+    }
+    if (a < 0x33000000u) return sign;                                 // below half the smallest subnormal
+    uint e = a >> 23;                                                 // subnormal half: shift the full mantissa
+    uint m = (a & 0x7fffffu) | 0x800000u;
+    uint shift = 126u - e;                                            // 14..24
+    uint q = m >> shift;
+    uint rem = m & ((1u << shift) - 1u);
+    uint half_ = 1u << (shift - 1u);
+    q += (rem > half_ || (rem == half_ && (q & 1u) != 0u)) ? 1u : 0u;
+    return sign | q;
+}
+
+#if defined(DTYPE_F32)
+    #define WORD_T float
+    #define UNIT_T vec4          // packed path: one 16-byte load per invocation and step
+    #define UNIT_ELEMS 4u
+    #define ELEM_SHIFT 0u        // element index -> word index
+#elif defined(DTYPE_F16)
+    #define WORD_T uint
+    #define UNIT_T uvec4
+    #define UNIT_ELEMS 8u
+    #define ELEM_SHIFT 1u
+#else
+    #error "define a DTYPE_* for this variant"
+#endif
+
+#endif

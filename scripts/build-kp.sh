@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Build (once per Python version) and install the Kompute Python module `kp` 0.9.0.
+#
+# usage: scripts/build-kp.sh VENV_PYTHON
+#
+# kp 0.9.0 ships no wheels, only an sdist whose CMake would git-clone its
+# dependencies and whose setup.py has bugs.  We build it offline against the
+# system Vulkan headers / fmt and pip's pybind11, after a small explicit patch,
+# and cache the wheel outside the repo so fresh clones and rebuilt venvs reuse it.
+#
+# env: VKACT_KP_SDIST=/path/kp-0.9.0.tar.gz  use this sdist instead of downloading it
+#      XDG_CACHE_HOME                        cache root (default ~/.cache)
+set -euo pipefail
+
+PY=${1:?usage: build-kp.sh VENV_PYTHON}
+KP_VERSION=0.9.0
+# sha256 of kp-0.9.0.tar.gz as served by PyPI; guards the cached/downloaded sdist.
+KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
+PYBIND11_VERSION=3.1.0
+
+step() { printf '==> %s\n' "$*"; }
+die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
+
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/vkact
+# Wheel name = what setuptools' bdist_wheel produces, e.g. kp-0.9.0-cp311-cp311-linux_x86_64.whl.
+# Keyed on the interpreter's version and platform, so another Python rebuilds.
+WHEEL_TAG=$("$PY" -c 'import sys, sysconfig
+v = "cp%d%d" % sys.version_info[:2]
+print("%s-%s-%s" % (v, v, sysconfig.get_platform().replace("-", "_").replace(".", "_")))')
+WHEEL=$CACHE/wheels/kp-$KP_VERSION-$WHEEL_TAG.whl
+
+if [[ ! -f $WHEEL ]]; then
+  # --- the sdist: given, cached, or downloaded from PyPI (source only: there is no wheel) ---
+  SDIST=${VKACT_KP_SDIST:-$CACHE/sdist/kp-$KP_VERSION.tar.gz}
+  if [[ ! -f $SDIST ]]; then
+    step "downloading kp $KP_VERSION sdist"
+    mkdir -p "$CACHE/sdist"
+    "$PY" -m pip download -q --no-deps --no-binary :all: -d "$CACHE/sdist" "kp==$KP_VERSION" \
+      || die "could not download kp==$KP_VERSION from PyPI; put the sdist somewhere and set VKACT_KP_SDIST=/path/kp-$KP_VERSION.tar.gz"
+  fi
+  echo "$KP_SDIST_SHA256  $SDIST" | sha256sum -c --quiet - || die "$SDIST: sha256 mismatch"
+
+  step "building kp $KP_VERSION wheel (about a minute per 2 cores)"
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+  tar -xzf "$SDIST" -C "$WORK"
+  SRC=$WORK/kp-$KP_VERSION
+
+  # Patch kp's setup.py; each patch must apply exactly once, else the sdist changed and we stop.
+  "$PY" - "$SRC/setup.py" <<'EOF'
+import pathlib, sys
+path = pathlib.Path(sys.argv[1])
+text = path.read_text()
+patches = [
+    # (1) Missing comma: the string literals concatenate, so -DPYTHON_EXECUTABLE never
+    #     reaches CMake and it may pick another interpreter than the venv's.
+    ("'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON'\n",
+     "'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON',\n"),
+    # (2) Built against pybind11 3.x, kp works with numpy 2; the numpy<2 pin would make
+    #     pip's resolver downgrade our numpy (pyproject pins numpy 2.x).
+    ('"numpy<2.0.0"', '"numpy"'),
+    # (3) `list += str` splits "16" into "1","6": append the job count as one argument, so
+    #     KOMPUTE_PYTHON_NUM_PARALLEL_THREADS bounds the otherwise unbounded `make -j`.
+    ("build_args += env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS']",
+     "build_args.append(env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS'])"),
+]
+for old, new in patches:
+    if text.count(old) != 1:
+        sys.exit(f"build-kp.sh: kp setup.py patch does not apply: {old!r}")
+    text = text.replace(old, new)
+path.write_text(text)
+EOF
+
+  # Build tools go into the venv because we build without isolation (pybind11's CMake config
+  # must be visible to kp's CMake); pinned so the wheel is reproducible.
+  "$PY" -m pip install -q "pybind11==$PYBIND11_VERSION" setuptools wheel
+
+  # kp's CMake reads these from the environment.  OFF = use system Vulkan headers, system fmt
+  # (libfmt-dev) and pip's pybind11 instead of git-cloning them at build time.
+  # KOMPUTE_OPT_INSTALL=OFF: setup.py never runs `cmake --install`, and the install rules fail
+  # to configure with an installed pybind11 (pybind11::headers is not an ALIAS target there).
+  export KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF \
+         KOMPUTE_OPT_INSTALL=OFF \
+         KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \
+         KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF \
+         KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON \
+         KOMPUTE_PYTHON_NUM_PARALLEL_THREADS=$(nproc) \
+         CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+  pybind11_DIR=$("$PY" -m pybind11 --cmakedir)
+  export pybind11_DIR   # find_package(pybind11) looks at this environment variable
+
+  "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$WORK/dist" "$SRC" \
+    || die "building kp failed (see the compiler output above); it needs: cmake make g++ libvulkan-dev libfmt-dev and the Python headers (python3-dev)"
+  built=("$WORK"/dist/kp-$KP_VERSION-*.whl)
+  [[ -f ${built[0]} && $(basename "${built[0]}") == "$(basename "$WHEEL")" ]] \
+    || die "unexpected wheel name ${built[*]##*/}, expected ${WHEEL##*/}"
+  mkdir -p "$CACHE/wheels"
+  cp "${built[0]}" "$WHEEL.tmp.$$" && mv "$WHEEL.tmp.$$" "$WHEEL"   # atomic: no half wheels in the cache
+else
+  step "using cached $WHEEL"
+fi
+
+# --no-deps: numpy comes from the project's own pins.
+"$PY" -m pip install -q --no-deps --force-reinstall "$WHEEL"

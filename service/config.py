@@ -1,0 +1,33 @@
+"""One settings object, read from VKACT_* environment variables (and flags of ``python -m service``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="VKACT_", frozen=True)
+
+    # Device and engine
+    device: str = Field("auto", description="'auto' (first discrete GPU, else first device, lavapipe on a CPU machine), an index, or part of a device name")
+    memory: Literal["auto", "host", "device"] = Field("auto", description="kp tensor memory: host (zero copy; the auto choice on CPUs and integrated GPUs) or device (VRAM plus staging; auto on discrete GPUs)")
+    local_size: int = Field(256, ge=32, le=1024, description="workgroup size of every kernel")
+    max_workgroups: int = Field(0, ge=0, description="grid-stride cap on workgroups per dispatch; 0 picks one for the device type")
+    pool_bytes: int = Field(2 << 30, ge=1 << 20, description="device memory the buffer pool may keep for reuse")
+    max_tensor_bytes: int = Field(0, ge=0, description="largest tensor buffer; 0 means the device's maxStorageBufferRange")
+    glsl_dir: Path = ROOT / "glsl"
+    spirv_cache: Path = ROOT / ".cache" / "spirv"
+    glslang: str = "glslangValidator"
+
+    # Service
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    workers: int = Field(1, ge=1, description="HTTP worker processes (uvicorn)")
+    queue_size: int = Field(64, ge=1, description="requests waiting for the device before 503")
+    max_body_bytes: int = Field(256 << 20, ge=1024)
+    request_timeout_s: float = Field(60.0, gt=0)

@@ -1,0 +1,65 @@
+"""DML_TENSOR_DATA_TYPE: the one table that maps wire names to numpy dtypes, sizes and shader variants.
+
+Nothing else in the project compares data-type strings; look a type up here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+
+class DataType(str, Enum):
+    """DML_TENSOR_DATA_TYPE, by its DirectML name (the JSON value)."""
+
+    FLOAT32 = "DML_TENSOR_DATA_TYPE_FLOAT32"
+    FLOAT16 = "DML_TENSOR_DATA_TYPE_FLOAT16"
+    UINT32 = "DML_TENSOR_DATA_TYPE_UINT32"
+    UINT16 = "DML_TENSOR_DATA_TYPE_UINT16"
+    UINT8 = "DML_TENSOR_DATA_TYPE_UINT8"
+    INT32 = "DML_TENSOR_DATA_TYPE_INT32"
+    INT16 = "DML_TENSOR_DATA_TYPE_INT16"
+    INT8 = "DML_TENSOR_DATA_TYPE_INT8"
+    FLOAT64 = "DML_TENSOR_DATA_TYPE_FLOAT64"
+    UINT64 = "DML_TENSOR_DATA_TYPE_UINT64"
+    INT64 = "DML_TENSOR_DATA_TYPE_INT64"
+
+    @property
+    def info(self) -> DataTypeInfo:
+        return _INFO[self]
+
+    @property
+    def short(self) -> str:
+        return self.name
+
+    @classmethod
+    def from_numpy(cls, dtype: np.dtype | type) -> DataType:
+        dt = np.dtype(dtype)
+        for member, info in _INFO.items():
+            if info.numpy == dt:
+                return member
+        raise ValueError(f"numpy dtype {dt} has no DML_TENSOR_DATA_TYPE")
+
+
+@dataclass(frozen=True)
+class DataTypeInfo:
+    dml_value: int        # the enum's value in DirectML.h
+    numpy: np.dtype
+    size: int             # bytes per element
+    shader: str | None    # the DTYPE_* define of the shader variant; None: no kernel yet
+
+
+_INFO: dict[DataType, DataTypeInfo] = {
+    DataType.FLOAT32: DataTypeInfo(1, np.dtype("<f4"), 4, "F32"),
+    DataType.FLOAT16: DataTypeInfo(2, np.dtype("<f2"), 2, "F16"),
+    DataType.UINT32: DataTypeInfo(3, np.dtype("<u4"), 4, None),
+    DataType.UINT16: DataTypeInfo(4, np.dtype("<u2"), 2, None),
+    DataType.UINT8: DataTypeInfo(5, np.dtype("u1"), 1, None),
+    DataType.INT32: DataTypeInfo(6, np.dtype("<i4"), 4, None),
+    DataType.INT16: DataTypeInfo(7, np.dtype("<i2"), 2, None),
+    DataType.INT8: DataTypeInfo(8, np.dtype("i1"), 1, None),
+    DataType.FLOAT64: DataTypeInfo(9, np.dtype("<f8"), 8, None),
+    DataType.UINT64: DataTypeInfo(10, np.dtype("<u8"), 8, None),
+    DataType.INT64: DataTypeInfo(11, np.dtype("<i8"), 8, None),
+}

@@ -1,0 +1,121 @@
+"""What every operator descriptor shares: tensor fields, DirectML's shape rules, the float64 reference.
+
+An operator module declares only its DirectML fields (names, order, defaults), its shader, its tensor
+support per feature level and its formula in numpy. Scalar fields are packed into the shader's push
+constants in declaration order, so a shader reads PARAM(i) in the order of the DirectML struct.
+"""
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport
+from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
+from ..errors import DescriptorError
+
+#: A scalar parameter: DirectML's FLOAT, which must be a finite number here.
+Scalar = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class OperatorDesc(BaseModel):
+    """Base of every DML_*_OPERATOR_DESC model. Subclasses add ``Type`` and their fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shader: ClassVar[str]                  # glsl/<shader>.comp
+    support: ClassVar[TensorSupport]       # dimension counts and data types per feature level
+    in_place: ClassVar[bool] = True        # DirectML's DML_SCHEMA_OPERATOR_SUPPORT_FLAG_IN_PLACE
+    input_fields: ClassVar[tuple[str, ...]] = ("InputTensor",)
+    output_field: ClassVar[str] = "OutputTensor"
+    formula_text: ClassVar[str] = ""
+
+    @classmethod
+    def type_name(cls) -> str:
+        return cls.model_fields["Type"].default
+
+    @classmethod
+    def scalar_fields(cls) -> tuple[str, ...]:
+        return tuple(name for name, f in cls.model_fields.items() if f.annotation is float)
+
+    @property
+    def inputs(self) -> tuple[TensorDesc, ...]:
+        return tuple(getattr(self, name) for name in self.input_fields)
+
+    @property
+    def output(self) -> TensorDesc:
+        return getattr(self, self.output_field)
+
+    @property
+    def data_type(self) -> DataType:
+        return self.inputs[0].DataType
+
+    def scalars(self) -> tuple[float, ...]:
+        return tuple(float(getattr(self, name)) for name in self.scalar_fields())
+
+    def shader_params(self) -> tuple[float, ...]:
+        """The kernel's PARAM(0..5): the scalar fields in order, unless the shader wants derived values."""
+        return self.scalars()
+
+    def formula(self, *xs: np.ndarray) -> np.ndarray:
+        """The operator's maths on float64 arrays (the test oracle)."""
+        raise NotImplementedError  # every registered operator overrides it (checked by a test)
+
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
+        """The numpy reference: compute in float64, cast back to the input's dtype."""
+        dtype = inputs[0].dtype
+        with np.errstate(all="ignore"):
+            result = self.formula(*(np.asarray(x, dtype=np.float64) for x in inputs))
+        return np.asarray(result, dtype=np.float64).astype(dtype)
+
+    @model_validator(mode="after")
+    def _shape_rules(self) -> OperatorDesc:
+        first_name = self.input_fields[0]
+        first = getattr(self, first_name)
+        if getattr(self, self.output_field) is None:
+            # DirectML requires it; vkact takes the input's layout, packed if the input broadcasts.
+            default = first.like(Strides=None) if first.broadcasts else first
+            object.__setattr__(self, self.output_field, default)
+        for name in (*self.input_fields[1:], self.output_field):
+            other: TensorDesc = getattr(self, name)
+            for field in ("DataType", "DimensionCount", "Sizes"):
+                if getattr(other, field) != getattr(first, field):
+                    raise DescriptorError(
+                        f"{name}.{field}",
+                        f"{name}.{field} must equal {first_name}.{field} "
+                        f"({getattr(first, field)!s}), got {getattr(other, field)!s}",
+                    )
+        dtype = first.DataType
+        step = self.support.at(IMPLEMENTED_LEVEL)
+        if step is None or dtype not in step.data_types:
+            allowed = ", ".join(sorted(t.value for t in step.data_types)) if step else "none"
+            raise DescriptorError(f"{first_name}.DataType", f"{self.type_name()} does not support {dtype.value}; it supports {allowed}")
+        if self.output.overlaps():
+            raise DescriptorError(f"{self.output_field}.Strides", "output strides make two elements share one position")
+        return self
+
+    def check_feature_level(self, level: FeatureLevel) -> None:
+        """Apply DirectML's constraints at ``level`` (for requests that pin a FeatureLevel)."""
+        step = self.support.at(level)
+        if step is None:
+            raise DescriptorError("FeatureLevel", f"{self.type_name()} was introduced at {self.support.introduced.value}, after {level.value}")
+        for name in (*self.input_fields, self.output_field):
+            tensor: TensorDesc = getattr(self, name)
+            if not step.min_dims <= len(tensor.Sizes) <= step.max_dims:
+                raise DescriptorError(
+                    f"{name}.DimensionCount",
+                    f"{self.type_name()} takes {step.min_dims} to {step.max_dims} dimensions at {level.value}, got {len(tensor.Sizes)}",
+                )
+            if tensor.DataType not in step.data_types:
+                raise DescriptorError(f"{name}.DataType", f"{self.type_name()} does not take {tensor.DataType.value} at {level.value}")
+            if 0 in tensor.Sizes:
+                raise DescriptorError(f"{name}.Sizes", "DirectML does not allow a size of 0")
+
+
+class ActivationDesc(OperatorDesc):
+    """The common shape of DML_ACTIVATION_*_OPERATOR_DESC: one input and one output. OutputTensor may be
+    omitted: it then is the InputTensor's descriptor (packed instead, if the input broadcasts)."""
+
+    InputTensor: TensorDesc
+    OutputTensor: Optional[TensorDesc] = None

@@ -1,0 +1,31 @@
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import field_validator
+
+from ..descriptors.feature_levels import FeatureLevel, modern_float
+from .base import ActivationDesc, Scalar
+
+
+class Celu(ActivationDesc):
+    """DML_ACTIVATION_CELU_OPERATOR_DESC: max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1)). ONNX Celu."""
+
+    Type: Literal["DML_OPERATOR_ACTIVATION_CELU"] = "DML_OPERATOR_ACTIVATION_CELU"
+    Alpha: Scalar = 1.0
+
+    shader: ClassVar[str] = "celu"
+    support: ClassVar = modern_float(FeatureLevel.FL_3_0)
+    formula_text: ClassVar[str] = "max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1))"
+
+    @field_validator("Alpha")
+    @classmethod
+    def _nonzero(cls, alpha: float) -> float:
+        if alpha == 0.0:
+            raise ValueError("Alpha must not be 0 (the formula divides by it)")
+        return alpha
+
+    def shader_params(self) -> tuple[float, ...]:
+        return (self.Alpha, 1.0 / self.Alpha)
+
+    def formula(self, x: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, x) + np.minimum(0.0, self.Alpha * np.expm1(x / self.Alpha))

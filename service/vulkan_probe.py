@@ -1,0 +1,146 @@
+"""What kp does not expose about the Vulkan devices: type (CPU or GPU), driver, and the buffer limits.
+
+kp 0.9's ``list_devices`` returns names and workgroup limits only. This module asks the Vulkan loader
+directly (ctypes, vkGetPhysicalDeviceProperties2 with VkPhysicalDeviceDriverProperties) through a
+throwaway instance; devices come in the loader's enumeration order, the one kp's Manager indexes.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from dataclasses import asdict, dataclass
+
+DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
+
+_STYPE_APPLICATION_INFO = 0
+_STYPE_INSTANCE_CREATE_INFO = 1
+_STYPE_PHYSICAL_DEVICE_PROPERTIES_2 = 1000059001
+_STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES = 1000196000
+_API_1_1 = (1 << 22) | (1 << 12)
+
+# Offsets in VkPhysicalDeviceProperties (Vulkan 1.x, stable ABI); VkPhysicalDeviceLimits starts at 296.
+_LIMITS = 296
+_MAX_STORAGE_BUFFER_RANGE = _LIMITS + 28
+_MAX_PUSH_CONSTANTS_SIZE = _LIMITS + 32
+_MAX_MEMORY_ALLOCATION_COUNT = _LIMITS + 36
+
+
+class _AppInfo(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("pApplicationName", ctypes.c_char_p),
+                ("applicationVersion", ctypes.c_uint32), ("pEngineName", ctypes.c_char_p),
+                ("engineVersion", ctypes.c_uint32), ("apiVersion", ctypes.c_uint32)]
+
+
+class _InstanceInfo(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("flags", ctypes.c_uint32),
+                ("pApplicationInfo", ctypes.POINTER(_AppInfo)), ("enabledLayerCount", ctypes.c_uint32),
+                ("ppEnabledLayerNames", ctypes.c_void_p), ("enabledExtensionCount", ctypes.c_uint32),
+                ("ppEnabledExtensionNames", ctypes.c_void_p)]
+
+
+class _DriverProps(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("driverID", ctypes.c_uint32),
+                ("driverName", ctypes.c_char * 256), ("driverInfo", ctypes.c_char * 256),
+                ("conformanceVersion", ctypes.c_uint8 * 4)]
+
+
+class _Props2(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("properties", ctypes.c_uint8 * 1024)]
+
+
+@dataclass(frozen=True)
+class PhysicalDevice:
+    index: int
+    name: str
+    type: str                  # DEVICE_TYPES value
+    vendor_id: int
+    device_id: int
+    api_version: str
+    driver_name: str
+    driver_info: str
+    max_storage_buffer_range: int
+    max_push_constants_size: int
+    max_memory_allocation_count: int
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.type == "cpu"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _version(v: int) -> str:
+    return f"{(v >> 22) & 0x7f}.{(v >> 12) & 0x3ff}.{v & 0xfff}"
+
+
+def physical_devices() -> list[PhysicalDevice]:
+    """Every Vulkan device the loader sees; [] when there is no loader or no driver."""
+    lib = ctypes.util.find_library("vulkan") or "libvulkan.so.1"
+    try:
+        vk = ctypes.CDLL(lib)
+    except OSError:
+        return []
+    app = _AppInfo(_STYPE_APPLICATION_INFO, None, b"vkact-probe", 0, b"vkact", 0, _API_1_1)
+    info = _InstanceInfo(_STYPE_INSTANCE_CREATE_INFO, None, 0, ctypes.pointer(app), 0, None, 0, None)
+    instance = ctypes.c_void_p()
+    if vk.vkCreateInstance(ctypes.byref(info), None, ctypes.byref(instance)) != 0:
+        return []
+    try:
+        count = ctypes.c_uint32()
+        vk.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), None)
+        handles = (ctypes.c_void_p * count.value)()
+        vk.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), handles)
+        return [_describe(vk, i, handle) for i, handle in enumerate(handles[: count.value])]
+    finally:
+        vk.vkDestroyInstance(instance, None)
+
+
+def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
+    driver = _DriverProps(_STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, None)
+    props = _Props2(_STYPE_PHYSICAL_DEVICE_PROPERTIES_2, ctypes.cast(ctypes.pointer(driver), ctypes.c_void_p))
+    vk.vkGetPhysicalDeviceProperties2(ctypes.c_void_p(handle), ctypes.byref(props))
+    raw = bytes(props.properties)
+
+    def u32(offset: int) -> int:
+        return int.from_bytes(raw[offset : offset + 4], "little")
+
+    return PhysicalDevice(
+        index=index,
+        name=raw[20:276].split(b"\0", 1)[0].decode(errors="replace"),
+        type=DEVICE_TYPES.get(u32(16), "other"),
+        vendor_id=u32(8),
+        device_id=u32(12),
+        api_version=_version(u32(0)),
+        driver_name=driver.driverName.decode(errors="replace"),
+        driver_info=driver.driverInfo.decode(errors="replace"),
+        max_storage_buffer_range=u32(_MAX_STORAGE_BUFFER_RANGE),
+        max_push_constants_size=u32(_MAX_PUSH_CONSTANTS_SIZE),
+        max_memory_allocation_count=u32(_MAX_MEMORY_ALLOCATION_COUNT),
+    )
+
+
+def choose(devices: list[PhysicalDevice], wanted: str) -> PhysicalDevice:
+    """'auto': the first discrete GPU, else the first GPU, else the first device; or an index; or a name part."""
+    if not devices:
+        raise LookupError("no Vulkan device found (is a Vulkan driver installed? lavapipe: mesa-vulkan-drivers)")
+    if wanted == "auto":
+        for kinds in (("discrete-gpu",), ("integrated-gpu", "virtual-gpu")):
+            for d in devices:
+                if d.type in kinds:
+                    return d
+        return devices[0]
+    if wanted.isdigit():
+        i = int(wanted)
+        if i < len(devices):
+            return devices[i]
+        raise LookupError(f"device index {i} out of range: {len(devices)} Vulkan device(s)")
+    for d in devices:
+        if wanted.lower() in d.name.lower():
+            return d
+    raise LookupError(f"no Vulkan device named like {wanted!r}; found: {', '.join(d.name for d in devices)}")
+
+
+if __name__ == "__main__":
+    for d in physical_devices():
+        print(d.as_dict())
