@@ -1,0 +1,144 @@
+"""Engine behaviour beyond the maths: reuse, memory types, eviction, limits and contracts."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from client.buffers import to_buffer
+from service.config import Settings
+from service.engine import Engine, bucket
+from service.errors import DescriptorError, InvalidRequest, UnsupportedOnDevice
+from tests.helpers import assert_matches, make_op, run
+
+WORKLOAD = [  # (kind, dtype, sizes, input strides, in place)
+    ("SHRINK", np.float32, (1000,), None, False),
+    ("CELU", np.float16, (7, 9), None, False),
+    ("SOFTSIGN", np.float32, (3, 4, 5), (0, 5, 1), False),
+    ("SCALED_TANH", np.float16, (40, 30), (1, 40), True),
+    ("SHRINK", np.float32, (1 << 18,), None, False),
+]
+
+
+def run_workload(engine: Engine, scale: int = 0) -> None:
+    rng = np.random.default_rng(scale)
+    for kind, dtype, sizes, strides, in_place in WORKLOAD:
+        sizes = (sizes[0] - scale,) + sizes[1:]
+        x = rng.standard_normal(sizes).astype(dtype)
+        if strides and 0 in strides:
+            x = np.broadcast_to(x[:1], sizes).copy()
+        op = make_op(kind, dtype, sizes, strides)
+        assert_matches(run(engine, op, x, in_place=in_place), op.reference(x), 4 if dtype is np.float32 else 1)
+
+
+def test_warm_calls_create_no_pipeline_and_allocate_no_buffer(engine):
+    run_workload(engine)
+    warm = (engine.stats.pipelines_created, engine.stats.buffers_allocated)
+    dispatches = engine.stats.dispatches
+    for _ in range(3):
+        run_workload(engine)
+    run_workload(engine, scale=1)  # other sizes in the same capacity buckets reuse them too
+    assert (engine.stats.pipelines_created, engine.stats.buffers_allocated) == warm
+    assert engine.stats.dispatches == dispatches + 4 * len(WORKLOAD)
+
+
+@pytest.mark.parametrize("nbytes", [1, 4096, 4097, 5000, 65536, 65537, (1 << 26) + 12])
+def test_buckets_waste_at_most_a_quarter(nbytes):
+    cap = bucket(nbytes)
+    assert cap >= nbytes and cap % 16 == 0
+    assert cap == 4096 or cap <= nbytes * 1.25
+
+
+def test_device_memory_type_gives_the_same_results():
+    """The staging + device-local path used on discrete GPUs, exercised on lavapipe."""
+    engine = Engine(Settings(memory="device"))
+    try:
+        assert engine.memory == "device"
+        run_workload(engine)
+    finally:
+        engine.close()
+
+
+def test_eviction_keeps_the_pool_within_budget_and_results_right():
+    engine = Engine(Settings(pool_bytes=1 << 20))
+    try:
+        for n in (50_000, 10_000, 70_000, 20_000, 50_000):
+            x = np.linspace(-4, 4, n, dtype=np.float32)
+            op = make_op("SOFTSIGN", np.float32, (n,))
+            assert_matches(run(engine, op, x), op.reference(x), 2)
+        assert engine.stats.slots_evicted > 0
+        assert engine._pool_bytes <= 1 << 20
+    finally:
+        engine.close()
+
+
+def test_output_bytes_without_elements_are_zero_and_never_stale(engine):
+    """A larger TotalTensorSizeInBytes and strided gaps must not show an earlier request's data."""
+    ones = np.ones(4096, np.float32)
+    engine.execute(make_op("SOFTSIGN", np.float32, (4096,)), [to_buffer(ones)])
+    x = np.full((2, 3), 3.0, np.float32)
+    op = make_op("SOFTSIGN", np.float32, (2, 3), None, (4, 1))            # one padding element per row
+    out = engine.execute(op, [to_buffer(x)]).view(np.float32)
+    np.testing.assert_array_equal(out, [0.75, 0.75, 0.75, 0, 0.75, 0.75, 0.75])
+    bigger = make_op("SOFTSIGN", np.float32, (3,))
+    bigger = bigger.model_copy(update={"OutputTensor": bigger.output.like(TotalTensorSizeInBytes=64)})
+    out = engine.execute(bigger, [to_buffer(np.full(3, 1.0, np.float32))]).view(np.float32)
+    np.testing.assert_array_equal(out, [0.5] * 3 + [0] * 13)
+
+
+def test_in_place_keeps_the_input_padding(engine):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    op = make_op("SHRINK", np.float32, (2, 3), (4, 1), Threshold=0.0)
+    buf = to_buffer(x, (4, 1))
+    buf.view(np.float32)[3] = 42.0                                      # the padding element
+    out = engine.execute(op, [buf], in_place=True).view(np.float32)
+    np.testing.assert_array_equal(out, [0, 1, 2, 42, 3, 4, 5])
+
+
+def test_data_length_must_match_the_descriptor(engine):
+    op = make_op("CELU", np.float32, (4,))
+    with pytest.raises(InvalidRequest) as info:
+        engine.execute(op, [np.zeros(12, np.uint8)])
+    assert info.value.field == "InputTensor" and "16" in info.value.message
+
+
+def test_in_place_rules(engine):
+    broadcast = make_op("CELU", np.float32, (2, 3), (0, 1))
+    with pytest.raises(DescriptorError) as info:
+        engine.execute(broadcast, [np.zeros(12, np.uint8)], in_place=True)
+    assert info.value.field == "OutputTensor"  # the omitted output is packed, the input is not
+    transposed = make_op("CELU", np.float32, (2, 3), None, (1, 2))
+    with pytest.raises(DescriptorError):
+        engine.execute(transposed, [np.zeros(24, np.uint8)], in_place=True)
+
+
+def test_tensors_beyond_the_device_limit_are_refused(engine):
+    n = engine.max_tensor_bytes // 4 + 1
+    op = make_op("SHRINK", np.float32, (n,))
+    with pytest.raises(UnsupportedOnDevice) as info:
+        engine.execute(op, [np.zeros(op.inputs[0].total_bytes, np.uint8)])
+    assert info.value.field == "InputTensor.TotalTensorSizeInBytes"
+
+
+def test_engine_refuses_other_threads(engine):
+    op = make_op("SHRINK", np.float32, (4,))
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            engine.execute(op, [np.zeros(16, np.uint8)])
+        except BaseException as exc:  # noqa: BLE001 - the assertion below inspects it
+            errors.append(exc)
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+
+
+def test_device_report(engine):
+    assert engine.device.type == "cpu" and "llvmpipe" in engine.device.name
+    assert engine.memory == "host"                    # zero copy on a CPU device
+    assert engine.max_workgroup_count == 65535
+    assert engine.max_tensor_bytes == engine.device.max_storage_buffer_range == 1 << 27
