@@ -9,14 +9,14 @@ float copysign_f(float magnitude, float sign_of) {
 
 // exp(x) - 1 to about 1 ulp everywhere, branch-free (exp(x) - 1 would cancel near zero):
 // x = k ln2 + r with |r| <= ln2/2 (Cody-Waite), expm1(r) by its Taylor polynomial to r^7 evaluated in
-// Estrin's order (short dependency chains: lavapipe is latency-bound here), then
+// Estrin's order (shorter dependency chains than Horner's), then
 // 2^k * (expm1(r) + 1) - 1 = 2^k * expm1(r) + (2^k - 1), exact for k = 0.
 float expm1_f(float x) {
     float t = clamp(x, -87.0, 88.0);
-    // Adding 1.5 * 2^23 rounds t / ln2 to an integer k held in the low mantissa bits; k is read back
-    // from those bits (not as kb - magic, which the compiler may fold into t / ln2 unrounded).
-    uint kb = floatBitsToUint(fma(t, 1.44269504, 12582912.0));
-    float k = float(int(kb) - 0x4b400000);
+    // k = round(t / ln2); 2^k is built from the bits of k + 1.5 * 2^23 (an exact sum that holds k in
+    // its low mantissa bits), so k and 2^k always agree.
+    float k = roundEven(t * 1.44269504);
+    uint kb = floatBitsToUint(k + 12582912.0);
     float r = fma(k, -0.693145752, t);           // ln2 in two parts: k * hi is exact
     r = fma(k, -1.42860677e-6, r);
     float r2 = r * r;
