@@ -21,8 +21,9 @@ from typing import Union
 import kp
 import numpy as np
 
+from .buckets import bucket
 from .config import Settings
-from .errors import DescriptorError, InvalidRequest, UnsupportedOnDevice
+from .errors import InvalidRequest
 from .layout import Layout, coalesce
 from .operators import OperatorDesc
 from .shaders import ShaderCompiler, Variant, all_variants
@@ -31,17 +32,8 @@ from .vulkan_probe import PhysicalDevice, choose, physical_devices
 UNIT_BYTES = 16          # the packed kernels move one 16-byte vector per invocation and step
 PUSH_WORDS = 8           # count, rank, six parameters (the shaders' Push block)
 META_WORDS = 8 * 4       # sizes + up to three tensors' strides (MAX_DIMS words each)
-MIN_BUCKET = 4096
 
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuffer reads
-
-
-def bucket(nbytes: int) -> int:
-    """Capacity for ``nbytes``: 4 KiB, or four steps per power of two above it (at most 25% unused)."""
-    if nbytes <= MIN_BUCKET:
-        return MIN_BUCKET
-    step = 1 << max((nbytes - 1).bit_length() - 3, 0)
-    return -(-nbytes // step) * step
 
 
 def _words(values: Sequence[int | float]) -> np.ndarray:
@@ -194,20 +186,7 @@ class Engine:
             if array.nbytes != desc.total_bytes:
                 raise InvalidRequest(f"{name} data is {array.nbytes} bytes; its TotalTensorSizeInBytes is {desc.total_bytes}", name)
             arrays.append(array)
-        for name, desc in ((*zip(op.input_fields, op.inputs), (op.output_field, op.output))):
-            if desc.total_bytes > self.max_tensor_bytes:
-                raise UnsupportedOnDevice(
-                    f"{name} is {desc.total_bytes} bytes; this device binds at most {self.max_tensor_bytes} bytes per tensor",
-                    f"{name}.TotalTensorSizeInBytes",
-                )
-        if in_place:
-            source, outd = op.inputs[0], op.output
-            if not op.in_place:
-                raise DescriptorError("InPlace", f"{op.type_name()} does not support in-place execution")
-            if outd.strides != source.strides or outd.total_bytes != source.total_bytes:
-                raise DescriptorError(op.output_field, "in place, OutputTensor must have InputTensor's Strides and TotalTensorSizeInBytes")
-            if source.broadcasts:
-                raise DescriptorError(f"{op.input_fields[0]}.Strides", "in place, the input cannot broadcast (zero strides)")
+        op.check_execution(in_place, self.max_tensor_bytes)
         return arrays
 
     # -- pools --------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ maps them to ``{"error": message, "field": path}`` bodies in one handler.
     ├── PayloadTooLarge (413)
     ├── UnsupportedOnDevice (422)    valid for DirectML, beyond this device (buffer size, data type)
     ├── Busy (503)                   the queue is full; retry later
+    ├── NotReady (503)               the device worker is starting or restarting
+    ├── Timeout (504)                no answer from the device within request_timeout_s
     └── DeviceFailure (500)          the device or a shader failed; never caused by the request's content
 """
 from __future__ import annotations
@@ -57,3 +59,11 @@ class DeviceFailure(VkactError):
 
 class ShaderCompileError(DeviceFailure):
     """glslang rejected a shader; the message is the compiler's."""
+
+
+class Timeout(VkactError):
+    status = 504
+
+
+class NotReady(VkactError):
+    status = 503

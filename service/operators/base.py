@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
-from ..errors import DescriptorError
+from ..errors import DescriptorError, UnsupportedOnDevice
 
 #: A scalar parameter: DirectML's FLOAT, which must be a finite number here.
 Scalar = Annotated[float, Field(allow_inf_nan=False)]
@@ -94,6 +94,26 @@ class OperatorDesc(BaseModel):
         if self.output.overlaps():
             raise DescriptorError(f"{self.output_field}.Strides", "output strides make two elements share one position")
         return self
+
+    def check_execution(self, in_place: bool, max_tensor_bytes: int) -> None:
+        """The rules of one execution on one device: buffer sizes within the device's binding limit,
+        and for in-place execution an output that can be the input buffer."""
+        for name in (*self.input_fields, self.output_field):
+            desc: TensorDesc = getattr(self, name)
+            if desc.total_bytes > max_tensor_bytes:
+                raise UnsupportedOnDevice(
+                    f"{name} is {desc.total_bytes} bytes; this device binds at most {max_tensor_bytes} bytes per tensor",
+                    f"{name}.TotalTensorSizeInBytes",
+                )
+        if not in_place:
+            return
+        source, out = self.inputs[0], self.output
+        if not self.in_place:
+            raise DescriptorError("InPlace", f"{self.type_name()} does not support in-place execution")
+        if out.strides != source.strides or out.total_bytes != source.total_bytes:
+            raise DescriptorError(self.output_field, "in place, OutputTensor must have InputTensor's Strides and TotalTensorSizeInBytes")
+        if source.broadcasts:
+            raise DescriptorError(f"{self.input_fields[0]}.Strides", "in place, the input cannot broadcast (zero strides)")
 
     def check_feature_level(self, level: FeatureLevel) -> None:
         """Apply DirectML's constraints at ``level`` (for requests that pin a FeatureLevel)."""

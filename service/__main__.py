@@ -1,0 +1,39 @@
+"""``python -m service`` / ``vkact-serve``: start the HTTP service (flags override VKACT_* variables)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import uvicorn
+
+from .config import Settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    defaults = Settings()
+    parser = argparse.ArgumentParser(prog="vkact-serve", description=__doc__)
+    parser.add_argument("--host", default=defaults.host, help="address to bind (VKACT_HOST)")
+    parser.add_argument("--port", type=int, default=defaults.port, help="port (VKACT_PORT)")
+    parser.add_argument("--device", default=defaults.device, help="'auto', an index or part of a name (VKACT_DEVICE)")
+    parser.add_argument("--workers", type=int, default=defaults.workers, help="HTTP processes, each with its own device worker (VKACT_WORKERS)")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    # Settings are read from the environment in every HTTP process, so flags travel that way.
+    os.environ.update({"VKACT_HOST": args.host, "VKACT_PORT": str(args.port), "VKACT_DEVICE": args.device, "VKACT_WORKERS": str(args.workers)})
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    uvicorn.run(
+        "service.api:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        loop="uvloop",
+        http="httptools",
+        log_level=args.log_level,
+        access_log=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

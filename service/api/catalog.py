@@ -1,0 +1,44 @@
+"""GET /v1/operators: the operator catalog, generated from the registry."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..descriptors import IMPLEMENTED_LEVEL
+from ..operators import OPERATORS, OperatorDesc, short_name
+
+
+def operator_entry(op: type[OperatorDesc]) -> dict[str, Any]:
+    fields = [
+        {"name": name, "type": "float", "default": f.default}
+        for name, f in op.model_fields.items()
+        if name in op.scalar_fields()
+    ]
+    return {
+        "type": op.type_name(),
+        "name": short_name(op),
+        "description": (op.__doc__ or "").strip().splitlines()[0],
+        "formula": op.formula_text,
+        "inputs": list(op.input_fields),
+        "output": op.output_field,
+        "fields": fields,
+        "introduced": op.support.introduced.value,
+        "in_place": op.in_place,
+        "support": [
+            {
+                "feature_level": step.level.value,
+                "dimension_counts": [step.min_dims, step.max_dims],
+                "data_types": sorted(t.value for t in step.data_types),
+            }
+            for step in op.support.steps
+        ],
+        "data_types_on_device": sorted(
+            t.value for t in op.support.at(IMPLEMENTED_LEVEL).data_types if t.info.shader  # type: ignore[union-attr]
+        ),
+    }
+
+
+def catalog() -> dict[str, Any]:
+    return {
+        "feature_level": IMPLEMENTED_LEVEL.value,
+        "operators": [operator_entry(op) for op in OPERATORS.values()],
+    }

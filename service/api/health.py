@@ -1,0 +1,27 @@
+"""Probes and metrics: they never wait for the device."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health/live")
+async def live() -> dict:
+    return {"live": True}
+
+
+@router.get("/health/ready")
+async def ready(request: Request) -> JSONResponse:
+    ok = request.app.state.worker.ready
+    return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    state = request.app.state
+    state.metrics.queue_depth.set(state.worker.queue_depth)
+    state.metrics.worker_restarts.set(state.worker.restarts)
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

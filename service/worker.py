@@ -1,0 +1,355 @@
+"""The process boundary: one device worker process per engine, fed through shared memory.
+
+kp holds the GIL for a whole ``eval`` and has no locks, so device work never runs in the HTTP process.
+The worker process owns the Engine; the HTTP side (``DeviceWorker``, used on the event loop) keeps a
+bounded queue, copies each request's tensors into a shared-memory slot (a file in /dev/shm mapped by
+both processes), sends a small pickled job through a pipe and awaits the reply. A queued job whose
+client left or timed out is dropped before it reaches the device; when every slot is taken the
+service is busy (503). If the worker dies, its in-flight jobs fail and it is started again.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import mmap
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from .buckets import bucket
+from .config import Settings
+from .errors import Busy, DeviceFailure, VkactError
+from .operators import OperatorDesc
+
+log = logging.getLogger("vkact.worker")
+ALIGN = 64
+IN_FLIGHT = 2          # jobs handed to the worker at once: one running, one ready to start
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class _Mapping:
+    """A file-backed shared mapping; the creator unlinks the file, mappings stay valid until closed."""
+
+    def __init__(self, path: str, size: int, create: bool) -> None:
+        self.path, self.size = path, size
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.array = np.frombuffer(self.mm, np.uint8)
+
+    def close(self) -> None:
+        del self.array
+        self.mm.close()
+
+
+@dataclass
+class _Slot:
+    mapping: _Mapping
+    busy: bool = False
+
+
+class SlotPool:
+    """At most ``count`` slots; a slot grows (is replaced by a bigger file) when a request needs it."""
+
+    def __init__(self, count: int, on_forget) -> None:
+        self.count = count
+        self.slots: list[_Slot] = []
+        self._names = itertools.count()
+        self._on_forget = on_forget
+
+    def acquire(self, nbytes: int) -> _Slot:
+        free = [s for s in self.slots if not s.busy]
+        fitting = [s for s in free if s.mapping.size >= nbytes]
+        if fitting:
+            slot = min(fitting, key=lambda s: s.mapping.size)
+        elif len(self.slots) < self.count or free:
+            if free:  # replace the smallest free slot by a bigger one
+                old = min(free, key=lambda s: s.mapping.size)
+                self.slots.remove(old)
+                self._destroy(old)
+            slot = _Slot(_Mapping(os.path.join(SHM_DIR, f"vkact-{os.getpid()}-{next(self._names)}"), bucket(nbytes), True))
+            self.slots.append(slot)
+        else:
+            raise Busy("the device queue is full; retry shortly")
+        slot.busy = True
+        return slot
+
+    @property
+    def in_use(self) -> int:
+        return sum(s.busy for s in self.slots)
+
+    def _destroy(self, slot: _Slot) -> None:
+        os.unlink(slot.mapping.path)
+        slot.mapping.close()
+        self._on_forget(slot.mapping.path)
+
+    def close(self) -> None:
+        for slot in self.slots:
+            self._destroy(slot)
+        self.slots.clear()
+
+
+@dataclass
+class Result:
+    output: memoryview          # the output buffer inside the slot; valid until release()
+    kernel_seconds: float
+    queue_seconds: float
+    release: Any                # call once the output has been read
+
+
+@dataclass
+class _Job:
+    id: int
+    op: OperatorDesc
+    slot: _Slot
+    inputs: list[tuple[int, int]]
+    output: tuple[int, int]
+    in_place: bool
+    future: asyncio.Future = field(repr=False)
+    queued_at: float = field(default_factory=time.perf_counter)
+    started_at: float = 0.0
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.slot.busy = False
+
+
+class DeviceWorker:
+    """The HTTP process's handle on one device worker process. Use from the event loop only."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.info: dict[str, Any] | None = None      # the worker's ready report (device, limits)
+        self.restarts = 0
+        self._ids = itertools.count()
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._inflight: dict[int, _Job] = {}
+        self._window = asyncio.Semaphore(IN_FLIGHT)
+        self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget)
+        self._proc: mp.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._ready = asyncio.Event()
+        self._dispatcher: asyncio.Task | None = None
+        self._closing = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    @property
+    def queue_depth(self) -> int:
+        return self._pool.in_use
+
+    def start(self) -> None:
+        ctx = mp.get_context("spawn")  # never fork a process that may hold Vulkan state or threads
+        parent, child = ctx.Pipe()
+        self._conn = parent
+        self._proc = ctx.Process(target=_worker_main, args=(child, self.settings.model_dump()), name="vkact-device", daemon=True)
+        self._proc.start()
+        child.close()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(parent.fileno(), self._on_message)
+        loop.add_reader(self._proc.sentinel, self._on_exit)
+        if self._dispatcher is None:
+            self._dispatcher = asyncio.create_task(self._dispatch(), name="vkact-dispatch")
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self._ready.wait(), timeout)
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._dispatcher:
+            self._dispatcher.cancel()
+        loop = asyncio.get_running_loop()
+        if self._proc is not None:
+            loop.remove_reader(self._proc.sentinel)
+            if self._conn is not None:
+                loop.remove_reader(self._conn.fileno())
+                try:
+                    self._conn.send(("stop",))
+                except OSError:
+                    pass
+            await asyncio.get_running_loop().run_in_executor(None, self._proc.join, 5)
+            if self._proc.is_alive():
+                self._proc.kill()
+        self._pool.close()
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    async def run(self, op: OperatorDesc, inputs: list[np.ndarray], in_place: bool) -> Result:
+        """Queue ``op`` on the device; raises Busy when the queue is full."""
+        sizes = [a.nbytes for a in inputs]
+        offsets, cursor = [], 0
+        for n in sizes:
+            offsets.append((cursor, n))
+            cursor = _align(cursor + n)
+        out_bytes = op.output.total_bytes
+        output = offsets[0] if in_place else (cursor, out_bytes)
+        slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
+        for (offset, n), data in zip(offsets, inputs):
+            slot.mapping.array[offset : offset + n] = data
+        job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future())
+        self._queue.put_nowait(job)
+        try:
+            kernel_seconds = await job.future
+        except BaseException:
+            if job.id not in self._inflight:  # not on the device: the slot is free again
+                job.release()
+            raise
+        offset, n = job.output
+        return Result(
+            memoryview(slot.mapping.mm)[offset : offset + n],
+            kernel_seconds,
+            job.started_at - job.queued_at,
+            job.release,
+        )
+
+    async def _dispatch(self) -> None:
+        while True:
+            job = await self._queue.get()
+            if job.future.done():  # cancelled while queued: it never reaches the device
+                continue
+            await self._window.acquire()
+            await self._ready.wait()
+            if job.future.done():
+                self._window.release()
+                continue
+            job.started_at = time.perf_counter()
+            self._inflight[job.id] = job
+            try:
+                assert self._conn is not None
+                self._conn.send(("run", job.id, job.op, job.slot.mapping.path, job.slot.mapping.size, job.inputs, job.output, job.in_place))
+            except OSError as exc:  # the worker is gone; _on_exit fails the job
+                log.warning("sending job %d failed: %s", job.id, exc)
+
+    def _forget(self, path: str) -> None:
+        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(("forget", path))
+            except OSError:
+                pass
+
+    def _on_message(self) -> None:
+        assert self._conn is not None
+        while self._conn.poll():
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                asyncio.get_running_loop().remove_reader(self._conn.fileno())
+                return
+            kind = msg[0]
+            if kind == "ready":
+                self.info = msg[1]
+                self._ready.set()
+                log.info("device worker ready: %s", self.info["device"]["name"])
+                continue
+            job = self._inflight.pop(msg[1], None)
+            self._window.release()
+            if job is None:
+                continue
+            if job.future.done():  # the client left while the device worked
+                job.release()
+            elif kind == "done":
+                job.future.set_result(msg[2])
+            else:
+                _, _, cls, message, fieldname = msg
+                job.release()
+                job.future.set_exception(_error(cls, message, fieldname))
+
+    def _on_exit(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._proc is not None and self._conn is not None
+        loop.remove_reader(self._proc.sentinel)
+        loop.remove_reader(self._conn.fileno())
+        code = self._proc.exitcode
+        self._ready.clear()
+        for job in self._inflight.values():
+            job.release()
+            if not job.future.done():
+                job.future.set_exception(DeviceFailure(f"the device worker exited (code {code}) while running this request"))
+            self._window.release()
+        self._inflight.clear()
+        if self._closing:
+            return
+        self.restarts += 1
+        log.error("device worker exited with code %s; restarting (restart %d)", code, self.restarts)
+        loop.call_later(min(0.1 * 2 ** min(self.restarts, 6), 5.0), self.start)
+
+
+def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
+    from . import errors
+
+    kind = getattr(errors, cls, None)
+    if isinstance(kind, type) and issubclass(kind, VkactError):
+        err = kind.__new__(kind)
+        VkactError.__init__(err, message, fieldname)
+        return err
+    return DeviceFailure(message, fieldname)
+
+
+# -- the worker process -----------------------------------------------------------------------------
+
+
+def _worker_main(conn: Connection, settings: dict) -> None:
+    from .engine import Engine  # kp is imported here, in the worker process only
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    engine = Engine(Settings(**settings))
+    variants = engine.load_shaders()
+    conn.send(("ready", {
+        "device": engine.device.as_dict(),
+        "memory": engine.memory,
+        "max_tensor_bytes": engine.max_tensor_bytes,
+        "max_workgroup_count": engine.max_workgroup_count,
+        "local_size": engine.settings.local_size,
+        "shader_variants": variants,
+        "pid": os.getpid(),
+    }))
+    mappings: dict[str, _Mapping] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:  # the HTTP process is gone
+            break
+        if msg[0] == "stop":
+            break
+        if msg[0] == "forget":
+            m = mappings.pop(msg[1], None)
+            if m is not None:
+                m.close()
+            continue
+        _, job_id, op, path, size, inputs, output, in_place = msg
+        try:
+            mapping = mappings.get(path)
+            if mapping is None:
+                mapping = mappings[path] = _Mapping(path, size, False)
+            array = mapping.array
+            views = [array[o : o + n] for o, n in inputs]
+            before = engine.stats.kernel_seconds
+            engine.execute(op, views, in_place=in_place, out=array[output[0] : output[0] + output[1]])
+            conn.send(("done", job_id, engine.stats.kernel_seconds - before))
+        except VkactError as exc:
+            conn.send(("error", job_id, type(exc).__name__, exc.message, exc.field))
+        except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
+            log.exception("job %d failed", job_id)
+            conn.send(("error", job_id, "DeviceFailure", f"device failure: {exc}", None))
+    engine.close()
