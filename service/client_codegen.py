@@ -32,6 +32,7 @@ awaitable on ``AsyncClient``.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Optional, TypeVar, Union
 
 import numpy.typing as npt
@@ -126,7 +127,7 @@ def render(operators: Iterable[type[OperatorDesc]] = OPERATORS.values()) -> str:
     out = [_HEADER.rstrip("\n"), "", "", "OPERATORS: dict[str, OperatorInfo] = {"]
     for op in ops:
         info = (op.type_name(), tuple(op.input_fields), op.output_field, tuple(op.scalar_fields()), _defaults(op))
-        out.append(f"    {short_name(op)!r}: OperatorInfo{info!r},")
+        out += [f"    {short_name(op)!r}: OperatorInfo(", f"        {', '.join(map(repr, info))},", "    ),"]
     out += [
         "}",
         "#: The same, by descriptor Type.",
@@ -138,8 +139,9 @@ def render(operators: Iterable[type[OperatorDesc]] = OPERATORS.values()) -> str:
         "",
         "    if TYPE_CHECKING:",
         "        def execute(",
-        "            self, operator: Union[str, dict[str, Any]], *arrays: npt.ArrayLike,",
-        "            params: Optional[dict[str, Any]] = None, **options: Any,",
+        "            self, operator: Union[str, Mapping[str, Any]], *arrays: npt.ArrayLike,",
+        "            params: Optional[Mapping[str, Any]] = None, in_place: bool = False, feature_level: Any = None,",
+        "            encoding: Any = None, output_strides: Optional[Sequence[int]] = None,",
         "        ) -> _R: ...",
         "",
     ]

@@ -80,8 +80,10 @@ class Engine:
         # 64); a GPU wants one unit per invocation and as many groups as that takes.
         self.units_per_invocation = 4 if self.device.is_cpu else 1
         self.max_workgroups = min(settings.max_workgroups or self.max_workgroup_count, self.max_workgroup_count)
-        limit = self.device.max_storage_buffer_range
-        self.max_tensor_bytes = min(settings.max_tensor_bytes or limit, limit)
+        # A binding may not exceed maxStorageBufferRange; the packed kernels read whole 16-byte
+        # vectors, so a tensor leaves one vector of slack below it.
+        self._max_binding = self.device.max_storage_buffer_range // UNIT_BYTES * UNIT_BYTES
+        self.max_tensor_bytes = min(settings.max_tensor_bytes or self._max_binding, self._max_binding - UNIT_BYTES)
         self._compiler = ShaderCompiler(settings)
         self._spirv: dict[Variant, bytes] = {}
         self._slots: OrderedDict[int, _Slot] = OrderedDict()
@@ -134,7 +136,7 @@ class Engine:
 
         layout = coalesce((*descs, outd))
         variant = Variant(op.shader, op.data_type.info.shader or "", layout.kind, len(descs))
-        slot = self._slot(bucket(max(d.total_bytes for d in (*descs, outd)) + UNIT_BYTES))
+        slot = self._slot(min(bucket(max(d.total_bytes for d in (*descs, outd)) + UNIT_BYTES), self._max_binding))
         algorithm = self._algorithm(variant, slot, in_place)
 
         names = [f"in{i}" for i in range(len(descs))]

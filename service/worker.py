@@ -104,12 +104,27 @@ class SlotPool:
         self.slots.clear()
 
 
+LARGE = 1 << 20  # copies above this size run in a thread (numpy releases the GIL) to keep the loop free
+
+
+async def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+    if src.nbytes > LARGE:
+        await asyncio.to_thread(np.copyto, dst, src)
+    else:
+        dst[...] = src
+
+
 @dataclass
 class Result:
     output: memoryview          # the output buffer inside the slot; valid until release()
     kernel_seconds: float
     queue_seconds: float
-    release: Any                # call once the output has been read
+    _job: Any = field(repr=False)
+
+    def release(self) -> None:
+        """Hand the slot back once the output has been read."""
+        self.output.release()
+        self._job.release()
 
 
 @dataclass
@@ -138,6 +153,7 @@ class DeviceWorker:
         self.settings = settings
         self.info: dict[str, Any] | None = None      # the worker's ready report (device, limits)
         self.restarts = 0
+        self.dispatched = 0                          # jobs handed to the worker process
         self._ids = itertools.count()
         self._queue: asyncio.Queue[_Job] = asyncio.Queue()
         self._inflight: dict[int, _Job] = {}
@@ -205,9 +221,13 @@ class DeviceWorker:
         out_bytes = op.output.total_bytes
         output = offsets[0] if in_place else (cursor, out_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
-        for (offset, n), data in zip(offsets, inputs):
-            slot.mapping.array[offset : offset + n] = data
         job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future())
+        try:
+            for (offset, n), data in zip(offsets, inputs):
+                await copy_into(slot.mapping.array[offset : offset + n], data)
+        except BaseException:
+            job.release()
+            raise
         self._queue.put_nowait(job)
         try:
             kernel_seconds = await job.future
@@ -220,7 +240,7 @@ class DeviceWorker:
             memoryview(slot.mapping.mm)[offset : offset + n],
             kernel_seconds,
             job.started_at - job.queued_at,
-            job.release,
+            job,
         )
 
     async def _dispatch(self) -> None:
@@ -235,6 +255,7 @@ class DeviceWorker:
                 continue
             job.started_at = time.perf_counter()
             self._inflight[job.id] = job
+            self.dispatched += 1
             try:
                 assert self._conn is not None
                 self._conn.send(("run", job.id, job.op, job.slot.mapping.path, job.slot.mapping.size, job.inputs, job.output, job.in_place))
@@ -309,11 +330,21 @@ def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
 # -- the worker process -----------------------------------------------------------------------------
 
 
+def _execute(engine, mapping: _Mapping, op: OperatorDesc, inputs: list, output: tuple[int, int], in_place: bool) -> float:
+    """One job; its views of the mapping die with this frame, so a later 'forget' can unmap it."""
+    array = mapping.array
+    before = engine.stats.kernel_seconds
+    engine.execute(op, [array[o : o + n] for o, n in inputs], in_place=in_place, out=array[output[0] : output[0] + output[1]])
+    return engine.stats.kernel_seconds - before
+
+
 def _worker_main(conn: Connection, settings: dict) -> None:
     from .engine import Engine  # kp is imported here, in the worker process only
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    engine = Engine(Settings(**settings))
+    config = Settings(**settings)
+    os.nice(config.worker_nice)  # before the driver starts its threads, which inherit it
+    engine = Engine(config)
     variants = engine.load_shaders()
     conn.send(("ready", {
         "device": engine.device.as_dict(),
@@ -342,11 +373,7 @@ def _worker_main(conn: Connection, settings: dict) -> None:
             mapping = mappings.get(path)
             if mapping is None:
                 mapping = mappings[path] = _Mapping(path, size, False)
-            array = mapping.array
-            views = [array[o : o + n] for o, n in inputs]
-            before = engine.stats.kernel_seconds
-            engine.execute(op, views, in_place=in_place, out=array[output[0] : output[0] + output[1]])
-            conn.send(("done", job_id, engine.stats.kernel_seconds - before))
+            conn.send(("done", job_id, _execute(engine, mapping, op, inputs, output, in_place)))
         except VkactError as exc:
             conn.send(("error", job_id, type(exc).__name__, exc.message, exc.field))
         except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up

@@ -1,0 +1,167 @@
+"""The /v1 wire format, shared by the client and the service (numpy only).
+
+A request is one JSON object::
+
+    {"Operator": {<DML_*_OPERATOR_DESC, DirectML field names>},
+     "Inputs": {"InputTensor": <data>},          # one entry per input tensor field, in field order
+     "InPlace": false, "FeatureLevel": "DML_FEATURE_LEVEL_5_1", "ResponseEncoding": "binary"}
+
+and a response ``{"Operator": type, "OutputTensor": {<descriptor>}, "Output": <data>}``. ``<data>``
+is a tensor's buffer (DML_BUFFER_TENSOR_DESC: TotalTensorSizeInBytes of little-endian elements laid
+out by Strides) in one of three encodings:
+
+- ``[1.5, -2, "NaN", "Infinity"]``: the buffer's elements as JSON numbers (non-finite values as
+  strings); trailing elements that hold no tensor element (DWORD padding) may be left out;
+- ``{"base64": "..."}``: the buffer's bytes, base64;
+- ``{"binary_data_size": n}``: the bytes follow the JSON header in the HTTP body, in the order the
+  tensors appear; the header's length is in the Inference-Header-Content-Length HTTP header
+  (Triton's binary tensor data convention).
+
+Responses use the request's encoding unless ResponseEncoding names another.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any, Union
+
+import numpy as np
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+BINARY_CONTENT_TYPE = "application/octet-stream"
+Bytes = Union[bytes, bytearray, memoryview, np.ndarray]
+
+
+class Encoding(str, Enum):
+    JSON = "json"
+    BASE64 = "base64"
+    BINARY = "binary"
+
+
+class CodecError(ValueError):
+    """Malformed tensor data or frame; ``field`` is the JSON path it concerns."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+_NONFINITE = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
+
+
+def encoding_of(data: Any, field: str) -> Encoding:
+    if isinstance(data, list):
+        return Encoding.JSON
+    if isinstance(data, dict) and set(data) == {"base64"}:
+        return Encoding.BASE64
+    if isinstance(data, dict) and set(data) == {"binary_data_size"}:
+        return Encoding.BINARY
+    raise CodecError("tensor data must be a list of numbers, {\"base64\": ...} or {\"binary_data_size\": n}", field)
+
+
+def decode_data(data: Any, dtype: np.dtype, total_bytes: int, span_bytes: int, field: str, binary: memoryview | None = None) -> np.ndarray:
+    """The buffer (uint8, ``total_bytes`` long) that ``data`` encodes; ``binary`` holds the bytes of a
+    ``binary_data_size`` entry."""
+    kind = encoding_of(data, field)
+    if kind is Encoding.BINARY:
+        if binary is None:
+            raise CodecError("binary_data_size given, but the request is not a binary frame", field)
+        raw = np.frombuffer(binary, np.uint8)
+    elif kind is Encoding.BASE64:
+        try:
+            raw = np.frombuffer(base64.b64decode(data["base64"], validate=True), np.uint8)
+        except (binascii.Error, TypeError, ValueError) as exc:
+            raise CodecError(f"invalid base64: {exc}", field) from None
+    else:
+        values = _numbers(data, field)
+        count = len(values)
+        lo, hi = -(-span_bytes // dtype.itemsize), total_bytes // dtype.itemsize
+        if not lo <= count <= hi:
+            want = str(hi) if lo == hi else f"{lo} to {hi}"
+            raise CodecError(f"{count} values; the descriptor's buffer holds {want}", field)
+        buffer = np.zeros(total_bytes, np.uint8)
+        buffer[: count * dtype.itemsize] = np.asarray(values, dtype).view(np.uint8)
+        return buffer
+    if raw.nbytes != total_bytes:
+        raise CodecError(f"{raw.nbytes} bytes; TotalTensorSizeInBytes is {total_bytes}", field)
+    return raw
+
+
+def _numbers(data: list, field: str) -> np.ndarray:
+    """Numbers, or the strings NaN/Infinity/-Infinity; anything else (booleans, null, nested lists,
+    numeric strings) is an error, not something numpy would coerce."""
+    if all(type(v) in (int, float) for v in data):
+        return np.asarray(data, np.float64)
+    out = np.empty(len(data), np.float64)
+    for i, v in enumerate(data):
+        if isinstance(v, str) and v in _NONFINITE:
+            out[i] = _NONFINITE[v]
+        elif type(v) in (int, float):
+            out[i] = v
+        else:
+            raise CodecError(f"element {i} is {v!r}, not a number", field)
+    return out
+
+
+def encode_data(buffer: np.ndarray, dtype: np.dtype, span_bytes: int, encoding: Encoding) -> Any:
+    """JSON value for an output buffer; BINARY gives only the size entry (the bytes travel after)."""
+    if encoding is Encoding.BINARY:
+        return {"binary_data_size": int(buffer.nbytes)}
+    if encoding is Encoding.BASE64:
+        return {"base64": base64.b64encode(memoryview(buffer)).decode("ascii")}
+    values = np.frombuffer(buffer, np.uint8, span_bytes - span_bytes % dtype.itemsize).view(dtype)
+    if np.isfinite(values).all():
+        return values.tolist()
+    return [v if np.isfinite(v) else ("NaN" if np.isnan(v) else ("Infinity" if v > 0 else "-Infinity")) for v in values.tolist()]
+
+
+def encode_frame(header: dict, buffers: Sequence[Bytes]) -> tuple[list[Bytes], int]:
+    """Body parts of a binary frame (JSON header, then each buffer) and the header's length."""
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return [head, *buffers], len(head)
+
+
+def split_frame(body: Bytes, header_length: str | None) -> tuple[dict, memoryview]:
+    """(header, the bytes after it) of a body; without a header length the whole body is JSON."""
+    view = memoryview(body).cast("B")
+    if header_length is None:
+        return _json(view), view[len(view):]
+    try:
+        n = int(header_length)
+    except ValueError:
+        raise CodecError(f"{HEADER_LENGTH} must be an integer, got {header_length!r}", HEADER_LENGTH) from None
+    if not 0 <= n <= len(view):
+        raise CodecError(f"{HEADER_LENGTH} is {n}, but the body is {len(view)} bytes", HEADER_LENGTH)
+    return _json(view[:n]), view[n:]
+
+
+def _json(raw: memoryview) -> dict:
+    try:
+        value = json.loads(bytes(raw))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CodecError(f"malformed JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CodecError("the JSON header must be an object")
+    return value
+
+
+def binary_slices(entries: Sequence[tuple[str, Any]], tail: memoryview) -> dict[str, memoryview]:
+    """Cut the bytes after a frame's header among the entries whose data is ``binary_data_size``."""
+    slices, offset = {}, 0
+    for field, data in entries:
+        if encoding_of(data, field) is not Encoding.BINARY:
+            continue
+        size = data["binary_data_size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise CodecError("binary_data_size must be a non-negative integer", field)
+        if offset + size > len(tail):
+            raise CodecError(f"binary_data_size {size} runs past the body's end ({len(tail) - offset} bytes left)", field)
+        slices[field] = tail[offset : offset + size]
+        offset += size
+    if offset != len(tail):
+        raise CodecError(f"{len(tail) - offset} bytes after the binary tensors belong to no tensor", HEADER_LENGTH)
+    return slices

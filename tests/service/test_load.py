@@ -1,0 +1,139 @@
+"""The service under concurrency, a large request, a full queue and a crashed worker."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+from client.buffers import to_buffer
+from client.codec import HEADER_LENGTH
+from service.operators import parse_operator
+from tests.engine.test_operators import CASES, max_ulp
+from tests.helpers import assert_matches
+from tests.service.conftest import start_server, stop_server
+from tests.service.helpers import binary_request, decode_response, request_body
+
+
+def one_request(client: httpx.Client, i: int) -> None:
+    rng = np.random.default_rng(i)
+    kind, params = CASES[i % len(CASES)]
+    dtype = (np.float32, np.float16)[i % 2]
+    shape = tuple(int(s) for s in rng.integers(1, 9, 1 + i % 4))
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    operator = request_body(kind, x, **params)
+    body, headers = binary_request(operator, to_buffer(x))
+    response = client.post("/v1/execute", content=body, headers=headers)
+    assert_matches(decode_response(response, dtype), parse_operator(operator).reference(x), max_ulp(kind, dtype))
+
+
+def test_200_concurrent_requests_from_16_threads(server):
+    with server.client(limits=httpx.Limits(max_connections=16)) as client, ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: one_request(client, i), range(200)))
+
+
+def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
+    """The big request comes from another process (curl): in this one, httpx would hold the GIL
+    while it sends and parses 64 MiB, and the probe would measure the test rather than the server."""
+    n = 16 << 20  # 64 MiB of float32
+    x = np.random.default_rng(3).standard_normal(n, dtype=np.float32)
+    operator = request_body("CELU", x)
+    body, headers = binary_request(operator, x.view(np.uint8))
+    (tmp_path / "body").write_bytes(body)
+    curl = ["curl", "-sS", "-o", str(tmp_path / "reply"), "-D", str(tmp_path / "headers"), "--data-binary", f"@{tmp_path / 'body'}"]
+    for key, value in headers.items():
+        curl += ["-H", f"{key}: {value}"]
+    worst, probes = 0.0, 0
+    with server.client() as probe:
+        probe.get("/health/live")
+        big = subprocess.Popen([*curl, f"{server.url}/v1/execute"])
+        while big.poll() is None:
+            t = time.perf_counter()
+            assert probe.get("/health/live").status_code == 200
+            worst = max(worst, time.perf_counter() - t)
+            probes += 1
+            time.sleep(0.005)
+    assert big.returncode == 0
+    reply = (tmp_path / "reply").read_bytes()
+    length = int(next(line.split(":")[1] for line in (tmp_path / "headers").read_text().splitlines() if line.lower().startswith(HEADER_LENGTH.lower())))
+    y = np.frombuffer(reply[length:], np.float32)
+    assert_matches(y[:: 1 << 10], parse_operator(operator).reference(x[:: 1 << 10]), 4)
+    assert probes >= 3, "the large request finished too fast to probe liveness during it"
+    assert worst < 0.050, f"/health/live took {worst * 1000:.1f} ms during a 64 MiB request"
+
+
+def test_full_queue_answers_503_with_retry_after():
+    server = start_server(queue_size=1)
+    try:
+        n = 4 << 20
+        x = np.ones(n, np.float32)
+        body, headers = binary_request(request_body("SCALED_TANH", x), x.view(np.uint8))
+        with server.client(limits=httpx.Limits(max_connections=12)) as client, ThreadPoolExecutor(12) as pool:
+            responses = list(pool.map(lambda _: client.post("/v1/execute", content=body, headers=headers), range(12)))
+            busy = [r for r in responses if r.status_code == 503]
+            ok = [r for r in responses if r.status_code == 200]
+            assert busy and ok and len(busy) + len(ok) == 12
+            assert all(r.headers["retry-after"] == "1" and r.json()["error"] for r in busy)
+            np.testing.assert_allclose(decode_response(ok[0], np.float32)[:8], np.tanh(0.5), rtol=1e-6)
+            assert client.post("/v1/execute", content=body, headers=headers).status_code == 200
+    finally:
+        stop_server(server)
+
+
+def worker_pid(server) -> int:
+    children = [int(p) for p in os.popen(f"pgrep -P {server.process.pid}").read().split()]
+    workers = [p for p in children if b"spawn_main" in open(f"/proc/{p}/cmdline", "rb").read()]
+    assert len(workers) == 1, children
+    return workers[0]
+
+
+def test_a_crashed_worker_is_restarted():
+    server = start_server()
+    try:
+        with server.client() as client:
+            one_request(client, 1)
+            os.kill(worker_pid(server), signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            # the restart count first: readiness read before it could predate the crash
+            while client.get("/v1/device").json()["worker_restarts"] < 1 or client.get("/health/ready").status_code != 200:
+                assert time.monotonic() < deadline, "the worker did not come back"
+                time.sleep(0.1)
+            for i in range(5):
+                one_request(client, i)
+    finally:
+        stop_server(server)
+
+
+@pytest.mark.timeout(60)
+def test_a_queued_request_whose_caller_left_never_reaches_the_device():
+    import asyncio
+
+    from service.config import Settings
+    from service.worker import DeviceWorker
+
+    async def scenario() -> tuple[int, int]:
+        worker = DeviceWorker(Settings())
+        worker.start()
+        await worker.wait_ready(60)
+        big = parse_operator(request_body("CELU", np.zeros(1 << 23, np.float32)))
+        small = parse_operator(request_body("CELU", np.zeros(8, np.float32)))
+        running = [asyncio.ensure_future(worker.run(big, [np.zeros(1 << 25, np.uint8)], False)) for _ in range(2)]
+        while worker.dispatched < 2:  # both big jobs on the device: the next one has to queue
+            await asyncio.sleep(0.001)
+        queued = asyncio.ensure_future(worker.run(small, [np.zeros(32, np.uint8)], False))
+        await asyncio.sleep(0.001)
+        queued.cancel()
+        for r in await asyncio.gather(*running):
+            r.release()
+        after = await worker.run(small, [np.zeros(32, np.uint8)], False)
+        after.release()
+        await worker.close()
+        return worker.dispatched, worker.queue_depth
+
+    dispatched, depth = asyncio.run(scenario())
+    assert dispatched == 3 and depth == 0  # two big, one small: the cancelled job was never sent
