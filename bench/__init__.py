@@ -1,0 +1,3 @@
+"""The kernel benchmark behind ``make bench``: every operator's kernel and end-to-end throughput on one
+Vulkan device, next to that device's own copy ceiling, a host memcpy and CPU peers (numpy, and torch
+or onnxruntime where installed). It prints the results and writes them to bench/RESULTS.md."""

@@ -1,0 +1,122 @@
+"""``python -m bench [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from service.engine import Engine
+
+from .kernels import VkBench, make_op, operators
+from .peers import PEERS, Compute, host_memcpy
+from .report import OpResult, SizeResult, merge, section
+from .timing import blocks, rounds
+
+WARMUP = 2
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Kernel and end-to-end throughput of every operator against the device's copy ceiling, "
+        "a host memcpy and CPU peers; writes a Markdown report.")
+    parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="log2 element counts (default 20,24)")
+    parser.add_argument("--repeat", type=int, default=10, help=f"timed runs of each measurement, after {WARMUP} warm-up runs")
+    parser.add_argument("--ops", type=_csv, default=None, help="operators by short name, e.g. shrink,celu (default: all)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "RESULTS.md",
+                        help="report to write; other devices' sections in it are kept (default bench/RESULTS.md)")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _check(name: str, peer: str, vkact: np.ndarray, other: object) -> None:
+    """vkact's output against a peer's, once per operator and size: a benchmark of a broken kernel
+    would be meaningless (accuracy itself is the tests' business, hence the loose tolerance)."""
+    got, want = vkact.view(np.float32), np.asarray(other, dtype=np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{name}: vkact and {peer} disagree")
+
+
+def measure(engine: Engine, vk: VkBench, names: list[str], log2: int, peers: list[str], repeat: int) -> SizeResult:
+    n = 1 << log2
+    x = np.random.default_rng(log2).standard_normal(n, dtype=np.float32) * np.float32(3)
+    ops = {name: make_op(name, n) for name in names}
+    bound: dict[tuple[str, str], Compute] = {}
+    for name, op in ops.items():
+        out = engine.execute(op, [x])  # builds the slot and pipeline that the kernel runs reuse
+        for peer in PEERS:
+            compute = peer.bind(op, x) if peer.name in peers else None
+            if compute is not None:
+                _check(name, peer.name, out, compute())
+                bound[(peer.name, name)] = compute
+
+    # Kernel runs alternate with copy runs (copy, op, copy, op, ...) so that each ratio compares runs
+    # made side by side; end-to-end and peer runs go in blocks (see timing).
+    kernel_tasks: list[tuple[tuple[str, str], Compute]] = []
+    e2e_tasks: list[tuple[tuple[str, str], Compute]] = [(("memcpy", ""), host_memcpy(4 * n))]
+    for name, op in ops.items():
+        kernel_tasks += [(("copy", name), vk.copy(op)), (("kernel", name), vk.kernel(op))]
+        e2e_tasks.append((("vkact", name), vk.end_to_end(op, x)))
+        e2e_tasks += [(key, bound[key]) for key in ((p, name) for p in peers) if key in bound]
+    kernels = rounds(kernel_tasks, WARMUP, repeat)
+    e2e = blocks(e2e_tasks, WARMUP, repeat)
+    return SizeResult(log2, 8 * n, e2e[("memcpy", "")], [
+        OpResult(name, kernels[("kernel", name)], kernels[("copy", name)], e2e[("vkact", name)],
+                 {p: e2e[(p, name)] for p in peers if (p, name) in e2e})
+        for name in names
+    ])
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _args(argv)
+    started = time.perf_counter()
+    names = operators(args.ops)
+    versions = {peer.name: peer.version() for peer in PEERS}
+    peers = [name for name, version in versions.items() if version]
+    engine = Engine()
+    try:
+        engine.load_shaders()
+        vk = VkBench(engine)
+        sizes = [measure(engine, vk, names, log2, peers, args.repeat) for log2 in args.sizes]
+    finally:
+        engine.close()
+    d = engine.device
+    header = [
+        ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
+        ("Machine", f"{platform.platform()}; {_cpu_model()}; {os.cpu_count()} CPUs"),
+        ("Device", f"{d.name}; type {d.type}; driver {d.driver_name} {d.driver_info}; Vulkan {d.api_version}; tensors in {engine.memory} memory"),
+        ("Kernels", f"local size {engine.settings.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
+                    f"best (median) of {args.repeat} runs after {WARMUP} warm-up runs"),
+        ("Peers", "; ".join(f"{name} {v}" if v else f"{name} not installed" for name, v in versions.items())
+                  + " (numpy runs on one thread; the others use their default thread pools)"),
+        ("Runtime", f"{time.perf_counter() - started:.1f} s"),
+    ]
+    text = section(d.name, header, sizes, peers)
+    print(text, end="")
+    existing = args.out.read_text() if args.out.exists() else ""
+    args.out.write_text(merge(existing, d.name, text))
+    print(f"\nwritten to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
