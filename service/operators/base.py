@@ -123,9 +123,10 @@ class OperatorDesc(BaseModel):
         for name in (*self.input_fields, self.output_field):
             tensor: TensorDesc = getattr(self, name)
             if not step.min_dims <= len(tensor.Sizes) <= step.max_dims:
+                dims = f"{step.min_dims}" if step.min_dims == step.max_dims else f"{step.min_dims} to {step.max_dims}"
                 raise DescriptorError(
                     f"{name}.DimensionCount",
-                    f"{self.type_name()} takes {step.min_dims} to {step.max_dims} dimensions at {level.value}, got {len(tensor.Sizes)}",
+                    f"{self.type_name()} takes {dims} dimensions at {level.value}, got {len(tensor.Sizes)}",
                 )
             if tensor.DataType not in step.data_types:
                 raise DescriptorError(f"{name}.DataType", f"{self.type_name()} does not take {tensor.DataType.value} at {level.value}")

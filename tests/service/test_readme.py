@@ -1,0 +1,49 @@
+"""The README's curl and Python examples run as written (against the test server's port)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+DEFAULT = "http://127.0.0.1:8000"
+
+
+def curl_commands() -> list[str]:
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", README, re.S):
+        for command in re.split(r"\n(?=curl )", block.strip()):
+            if command.startswith("curl "):
+                commands.append("\n".join(line for line in command.splitlines() if not line.startswith("#")).split("  #")[0])
+    return commands
+
+
+def expected_output(command: str) -> str | None:
+    """The '# ...' line the README shows under a command, if any."""
+    after = README.split(command.splitlines()[-1], 1)[1].lstrip("\n")
+    return after[2:].splitlines()[0] if after.startswith("# ") else None
+
+
+@pytest.mark.parametrize("command", curl_commands(), ids=lambda c: c.split("http://127.0.0.1:8000")[1].split()[0])
+def test_curl_examples(server, command):
+    out = subprocess.run(["bash", "-c", command.replace(DEFAULT, server.url)], capture_output=True, text=True, check=True).stdout
+    assert out
+    if "/metrics" not in command:
+        json.loads(out)
+    shown = expected_output(command)
+    if shown and "..." not in shown:
+        assert json.loads(out) == json.loads(shown)
+    elif shown:
+        for piece in shown.split("..."):
+            assert piece.strip("{},") in out
+
+
+def test_python_examples(server, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block.replace(DEFAULT, server.url), "README.md", "exec"), {})
+    assert "[-2.5 -1.5  0.   0.   0.   1.5  2.5]" in capsys.readouterr().out
