@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from client.buffers import min_buffer_bytes, packed_strides
+
 from ..errors import DescriptorError
 from .datatypes import DataType as DType
 
@@ -23,27 +25,12 @@ class TensorFlags(IntFlag):
     OWNED_BY_DML = 1
 
 
-def packed_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    """Row-major strides in elements: each is the product of the sizes after it."""
-    strides, step = [], 1
-    for size in reversed(sizes):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
-
-
 def calc_buffer_tensor_size(data_type: DType, sizes: tuple[int, ...], strides: tuple[int, ...] | None) -> int:
     """DMLCalcBufferTensorSize: the minimum TotalTensorSizeInBytes, rounded up to 4 bytes.
 
     vkact allows size-0 dimensions (empty tensors, as ONNX does); they need 0 bytes.
     """
-    if 0 in sizes:
-        return 0
-    if strides is None:
-        elements = prod(sizes)
-    else:
-        elements = sum((s - 1) * st for s, st in zip(sizes, strides)) + 1
-    return (elements * data_type.info.size + 3) & ~3
+    return min_buffer_bytes(data_type.info.size, sizes, strides)
 
 
 class TensorDesc(BaseModel):
