@@ -29,6 +29,12 @@ OPERATORS: dict[str, OperatorInfo] = {
     'celu': OperatorInfo(
         'DML_OPERATOR_ACTIVATION_CELU', ('InputTensor',), 'OutputTensor', ('Alpha',), {'Alpha': 1.0},
     ),
+    'parameterized_relu': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU', ('InputTensor', 'SlopeTensor'), 'OutputTensor', (), {},
+    ),
+    'relu_grad': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_RELU_GRAD', ('InputTensor', 'InputGradientTensor'), 'OutputGradientTensor', (), {},
+    ),
     'scaled_tanh': OperatorInfo(
         'DML_OPERATOR_ACTIVATION_SCALED_TANH', ('InputTensor',), 'OutputTensor', ('Alpha', 'Beta'), {'Alpha': 1.0, 'Beta': 0.5},
     ),
@@ -69,6 +75,44 @@ class OperatorMethods(Generic[_R]):
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
         """
         return self.execute('DML_OPERATOR_ACTIVATION_CELU', x, params={'Alpha': alpha}, **options)
+
+    def parameterized_relu(self, x: npt.ArrayLike, slope: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = x if x >= 0; else SlopeTensor * x
+
+        DML_ACTIVATION_PARAMETERIZED_RELU_OPERATOR_DESC: x if x >= 0, else SlopeTensor * x.
+
+        ONNX PRelu. DirectML requires SlopeTensor to have the input's Sizes; ONNX's broadcasting slope is
+        expressed with zero strides (a per-channel slope of an NCHW input: Strides {0, 1, 0, 0}).
+
+        Type DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            slope: SlopeTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU', x, slope, **options)
+
+    def relu_grad(self, x: npt.ArrayLike, input_gradient: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = InputGradientTensor if InputTensor > 0; else 0
+
+        DML_ACTIVATION_RELU_GRAD_OPERATOR_DESC: OutputGradientTensor = InputGradientTensor where
+        InputTensor > 0, else 0 (ReLU's backward pass; no ONNX counterpart).
+
+        Type DML_OPERATOR_ACTIVATION_RELU_GRAD.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            input_gradient: InputGradientTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputGradientTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_RELU_GRAD', x, input_gradient, **options)
 
     def scaled_tanh(self, x: npt.ArrayLike, /, *, alpha: float = 1.0, beta: float = 0.5, **options: Any) -> _R:
         """y = Alpha * tanh(Beta * x)

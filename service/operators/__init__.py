@@ -10,6 +10,8 @@ from ..errors import DescriptorError
 
 from .base import ActivationDesc, OperatorDesc
 from .celu import Celu
+from .parameterized_relu import ParameterizedRelu
+from .relu_grad import ReluGrad
 from .scaled_tanh import ScaledTanh
 from .shrink import Shrink
 from .softsign import Softsign
@@ -18,6 +20,8 @@ OPERATORS: dict[str, type[OperatorDesc]] = {
     op.type_name(): op
     for op in (
         Celu,
+        ParameterizedRelu,
+        ReluGrad,
         ScaledTanh,
         Shrink,
         Softsign,

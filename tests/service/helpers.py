@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from client.buffers import view
-from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, encode_frame
+from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, encode_frame  # noqa: F401 (re-exported for tests)
 from tests.helpers import tensor
 
 

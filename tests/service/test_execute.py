@@ -85,3 +85,27 @@ def test_catalog_and_device(http):
     device = http.get("/v1/device").json()
     assert device["cpu"] and device["limits"]["max_workgroup_count"] == 65535
     assert device["limits"]["max_buffer_bytes"] == 1 << 27 and device["limits"]["max_tensor_bytes"] == (1 << 27) - 16 and device["feature_level"] == "DML_FEATURE_LEVEL_6_4"
+
+
+@pytest.mark.parametrize("encoding", ["binary", "json"])
+def test_two_input_operator(http, encoding):
+    """PARAMETERIZED_RELU with a per-channel slope broadcast through zero strides; the binary frame
+    carries both buffers in the order the Inputs entries appear."""
+    from client.codec import encode_frame
+    from tests.service.helpers import HEADER_LENGTH
+
+    x = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32)
+    slope = np.array([0.1, 0.2, 0.3], np.float32)
+    operator = {
+        "Type": "DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU",
+        "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_FLOAT32", "Sizes": [2, 3, 4]},
+        "SlopeTensor": {"DataType": "DML_TENSOR_DATA_TYPE_FLOAT32", "Sizes": [2, 3, 4], "Strides": [0, 1, 0]},
+    }
+    if encoding == "binary":
+        header = {"Operator": operator, "Inputs": {"SlopeTensor": {"binary_data_size": 12}, "InputTensor": {"binary_data_size": 96}}}
+        parts, n = encode_frame(header, [slope.tobytes(), x.tobytes()])
+        response = http.post("/v1/execute", content=b"".join(parts), headers={HEADER_LENGTH: str(n)})
+    else:
+        response = http.post("/v1/execute", json={"Operator": operator, "Inputs": {"InputTensor": x.ravel().tolist(), "SlopeTensor": slope.tolist()}})
+    expected = np.where(x >= 0, x, slope[None, :, None] * x)
+    np.testing.assert_array_equal(decode_response(response, np.float32), expected)

@@ -1,0 +1,27 @@
+from typing import ClassVar, Literal, Optional
+
+import numpy as np
+
+from ..descriptors import TensorDesc
+from ..descriptors.feature_levels import FeatureLevel, modern_float
+from .base import OperatorDesc
+
+
+class ReluGrad(OperatorDesc):
+    """DML_ACTIVATION_RELU_GRAD_OPERATOR_DESC: OutputGradientTensor = InputGradientTensor where
+    InputTensor > 0, else 0 (ReLU's backward pass; no ONNX counterpart)."""
+
+    Type: Literal["DML_OPERATOR_ACTIVATION_RELU_GRAD"] = "DML_OPERATOR_ACTIVATION_RELU_GRAD"
+    InputTensor: TensorDesc
+    InputGradientTensor: TensorDesc
+    OutputGradientTensor: Optional[TensorDesc] = None
+
+    shader: ClassVar[str] = "relu_grad"
+    support: ClassVar = modern_float(FeatureLevel.FL_3_0)
+    in_place: ClassVar[bool] = False  # DirectMLSchema.h flags RELU_GRAD without IN_PLACE_EXECUTION
+    input_fields: ClassVar[tuple[str, ...]] = ("InputTensor", "InputGradientTensor")
+    output_field: ClassVar[str] = "OutputGradientTensor"
+    formula_text: ClassVar[str] = "InputGradientTensor if InputTensor > 0; else 0"
+
+    def formula(self, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        return np.where(x > 0, dy, 0.0)
