@@ -63,10 +63,13 @@ class OperatorDesc(BaseModel):
         raise NotImplementedError  # every registered operator overrides it (checked by a test)
 
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
-        """The numpy reference: compute in float64, cast back to the input's dtype."""
+        """The numpy reference: compute in float64, cast back to the input's dtype. Scalar fields are
+        DirectML FLOATs, so the reference uses them rounded to float32, as the device does."""
         dtype = inputs[0].dtype
+        as_float32 = {name: float(np.float32(getattr(self, name))) for name in self.scalar_fields()}
+        model = self.model_copy(update=as_float32)
         with np.errstate(all="ignore"):
-            result = self.formula(*(np.asarray(x, dtype=np.float64) for x in inputs))
+            result = model.formula(*(np.asarray(x, dtype=np.float64) for x in inputs))
         return np.asarray(result, dtype=np.float64).astype(dtype)
 
     @model_validator(mode="after")
