@@ -83,6 +83,7 @@ class OperatorMethods(Generic[_R]):
 
         ONNX PRelu. DirectML requires SlopeTensor to have the input's Sizes; ONNX's broadcasting slope is
         expressed with zero strides (a per-channel slope of an NCHW input: Strides {0, 1, 0, 0}).
+        Integer tensors (INT8/16/32 from 5_1): slope * x wraps to the type, as numpy's integer product.
 
         Type DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU.
 
@@ -136,11 +137,20 @@ class OperatorMethods(Generic[_R]):
         return self.execute('DML_OPERATOR_ACTIVATION_SCALED_TANH', x, params={'Alpha': alpha, 'Beta': beta}, **options)
 
     def shrink(self, x: npt.ArrayLike, /, *, bias: float = 0.0, threshold: float = 0.5, **options: Any) -> _R:
-        """y = x - Bias if x > Threshold; x + Bias if x < -Threshold; else 0
+        """y = x + Bias if x < -Threshold; x - Bias if x > Threshold; else 0
 
-        DML_ACTIVATION_SHRINK_OPERATOR_DESC: x - Bias if x > Threshold, x + Bias if x < -Threshold, else 0.
+        DML_ACTIVATION_SHRINK_OPERATOR_DESC: x + Bias if x < -Threshold, x - Bias if x > Threshold, else 0.
 
-        ONNX Shrink with bias = Bias and lambd = Threshold. NaN gives 0 (every comparison is false).
+        ONNX Shrink with bias = Bias and lambd = Threshold, tested in ONNX's order (x < -Threshold first),
+        which decides a negative Threshold, where both conditions can hold. NaN gives 0 (every comparison
+        is false).
+
+        Integer tensors (DirectML from 5_1: INT8/16/32, UINT8/16/32): x is compared with Threshold exactly,
+        x -/+ Bias is computed exactly, truncated toward zero and wrapped to the type (modulo 2^bits, two's
+        complement), as ONNX's reference gives when it casts its float64 result back (uint8 3 - 5.5 = -2.5
+        -> -2 -> 254). The reference rounds x -/+ Bias to float64 before truncating; vkact does not, which
+        differs only when Bias has a fractional part below 2^-20 of x. INT64, UINT64 and FLOAT64, which ONNX
+        also allows, are accepted but have no kernel (see NO_KERNEL): a request gets a 422.
 
         Type DML_OPERATOR_ACTIVATION_SHRINK.
 

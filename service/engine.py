@@ -137,7 +137,7 @@ class Engine:
         layout = coalesce((*descs, outd))
         variant = Variant(op.shader, op.data_type.info.shader or "", layout.kind, len(descs))
         slot = self._slot(min(bucket(max(d.total_bytes for d in (*descs, outd)) + UNIT_BYTES), self._max_binding))
-        algorithm = self._algorithm(variant, slot, in_place)
+        algorithm = self._algorithm(variant, slot, in_place, op.data_type.info.size)
 
         names = [f"in{i}" for i in range(len(descs))]
         out_name = "in0" if in_place else "out"
@@ -223,7 +223,7 @@ class Engine:
             tensor.destroy()
         self.stats.slots_evicted += 1
 
-    def _algorithm(self, variant: Variant, slot: _Slot, in_place: bool) -> kp.Algorithm:
+    def _algorithm(self, variant: Variant, slot: _Slot, in_place: bool, itemsize: int) -> kp.Algorithm:
         key = (variant, slot.capacity, in_place)
         algorithm = self._algorithms.get(key)
         if algorithm is not None:
@@ -238,7 +238,7 @@ class Engine:
         if variant.layout == "PACKED":
             units = slot.capacity // UNIT_BYTES
         else:
-            units = slot.capacity // 2  # elements of the smallest float type
+            units = slot.capacity // itemsize  # one element per invocation and step
         groups = max(1, min(-(-units // (self.settings.local_size * self.units_per_invocation)), self.max_workgroups))
         spec = np.array([self.settings.local_size], np.uint32)
         algorithm = self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, _words([]))

@@ -10,14 +10,19 @@ from service.descriptors import DataType
 from service.engine import Engine
 from service.operators import OperatorDesc, parse_operator
 
-FLOAT_TYPES = {np.dtype(np.float32): DataType.FLOAT32, np.dtype(np.float16): DataType.FLOAT16}
-
-
 def tensor(dtype: Any, sizes: tuple[int, ...], strides: tuple[int, ...] | None = None, **extra: Any) -> dict:
-    desc = {"DataType": FLOAT_TYPES[np.dtype(dtype)].value, "Sizes": list(sizes), **extra}
+    desc = {"DataType": DataType.from_numpy(dtype).value, "Sizes": list(sizes), **extra}
     if strides is not None:
         desc["Strides"] = list(strides)
     return desc
+
+
+def any_op(op_type: str, dtype: Any, sizes: tuple[int, ...]) -> OperatorDesc:
+    """A descriptor of any registered operator with every input tensor of ``sizes`` and default fields."""
+    from service.operators import OPERATORS
+
+    fields = OPERATORS[op_type].input_fields
+    return parse_operator({"Type": op_type, **{name: tensor(dtype, sizes) for name in fields}})
 
 
 def make_op(kind: str, dtype: Any, sizes: tuple[int, ...], strides=None, out_strides=None, **params: Any) -> OperatorDesc:

@@ -36,18 +36,50 @@ uint f32_to_f16(float f) {
     return sign | q;
 }
 
+// Every data type lives in 32-bit words (uint storage): 1, 2 or 4 elements per word. ELEM_T is
+// what a formula computes in: float for FLOAT32/FLOAT16, int or uint for the integer types (wider
+// than the element, so a formula's result wraps when to_bits keeps the low ELEM_BITS bits).
 #if defined(DTYPE_F32)
-    #define WORD_T float
-    #define UNIT_T vec4          // packed path: one 16-byte load per invocation and step
-    #define UNIT_ELEMS 4u
-    #define ELEM_SHIFT 0u        // element index -> word index
+    #define ELEM_T float
+    #define ELEM_BITS 32
+    float from_bits(uint b) { return uintBitsToFloat(b); }
+    uint to_bits(float v) { return floatBitsToUint(v); }
 #elif defined(DTYPE_F16)
-    #define WORD_T uint
-    #define UNIT_T uvec4
-    #define UNIT_ELEMS 8u
-    #define ELEM_SHIFT 1u
+    #define ELEM_T float
+    #define ELEM_BITS 16
+    float from_bits(uint b) { return f16_to_f32(b); }
+    uint to_bits(float v) { return f32_to_f16(v); }
+#elif defined(DTYPE_I32) || defined(DTYPE_I16) || defined(DTYPE_I8)
+    #define DTYPE_INT
+    #define DTYPE_SIGNED
+    #define ELEM_T int
+    #if defined(DTYPE_I32)
+        #define ELEM_BITS 32
+    #elif defined(DTYPE_I16)
+        #define ELEM_BITS 16
+    #else
+        #define ELEM_BITS 8
+    #endif
+    int from_bits(uint b) { return bitfieldExtract(int(b), 0, ELEM_BITS); }  // sign-extends
+    uint to_bits(int v) { return uint(v); }
+#elif defined(DTYPE_U32) || defined(DTYPE_U16) || defined(DTYPE_U8)
+    #define DTYPE_INT
+    #define ELEM_T uint
+    #if defined(DTYPE_U32)
+        #define ELEM_BITS 32
+    #elif defined(DTYPE_U16)
+        #define ELEM_BITS 16
+    #else
+        #define ELEM_BITS 8
+    #endif
+    uint from_bits(uint b) { return b; }
+    uint to_bits(uint v) { return v; }
 #else
     #error "define a DTYPE_* for this variant"
 #endif
+
+#define ELEMS_PER_WORD (32 / ELEM_BITS)
+#define UNIT_ELEMS (4u * uint(ELEMS_PER_WORD))   // elements per 16-byte unit of the packed path
+#define ELEM_MASK (ELEM_BITS == 32 ? 0xffffffffu : (1u << ELEM_BITS) - 1u)
 
 #endif

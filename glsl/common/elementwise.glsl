@@ -20,23 +20,24 @@ layout(local_size_x_id = 0) in;
 layout(push_constant) uniform Push {
     uint count;     // logical elements
     uint rank;      // strided path: dimensions after coalescing
-    float p[6];     // operator parameters, descriptor order
+    uint p[6];      // operator parameters as 32-bit words (float bits, or integers for integer variants)
 } pc;
 // Copied out of the push-constant block once per invocation: lavapipe reloads push constants at
 // every use otherwise, which costs a few percent of an elementwise kernel's throughput.
-float param0, param1, param2, param3, param4, param5;
-#define PARAM(i) param##i
+uint param0, param1, param2, param3, param4, param5;
+#define PARAM(i) uintBitsToFloat(param##i)
+#define PARAM_INT(i) int(param##i)
+#define PARAM_UINT(i) param##i
 void load_params() {
     param0 = pc.p[0]; param1 = pc.p[1]; param2 = pc.p[2]; param3 = pc.p[3]; param4 = pc.p[4]; param5 = pc.p[5];
 }
 
-#ifdef LAYOUT_PACKED
-    #define ARRAY_T UNIT_T
-#else
-    #define ARRAY_T WORD_T
-#endif
-
 // Inputs at bindings 0..INPUTS-1, output at INPUTS (may alias input 0), layout table after it.
+#ifdef LAYOUT_PACKED
+    #define ARRAY_T uvec4
+#else
+    #define ARRAY_T uint
+#endif
 layout(binding = 0) readonly buffer In0 { ARRAY_T in0[]; };
 #if INPUTS > 1
 layout(binding = 1) readonly buffer In1 { ARRAY_T in1[]; };
@@ -49,36 +50,39 @@ layout(binding = INPUTS + 1) readonly buffer Meta { uint meta[]; };
 #endif
 
 #if INPUTS > 1
-float activate(float x, float y);
+ELEM_T activate(ELEM_T x, ELEM_T y);
 #define ACT(a, b) activate(a, b)
 #else
-float activate(float x);
+ELEM_T activate(ELEM_T x);
 #define ACT(a, b) activate(a)
 #endif
 
 #ifdef LAYOUT_PACKED
 
-#if defined(DTYPE_F32)
-vec4 apply_unit(vec4 a, vec4 b) {
-    return vec4(ACT(a.x, b.x), ACT(a.y, b.y), ACT(a.z, b.z), ACT(a.w, b.w));
-}
-#elif defined(DTYPE_F16)
 uint apply_word(uint a, uint b) {
-    float lo = ACT(f16_to_f32(a & 0xffffu), f16_to_f32(b & 0xffffu));
-    float hi = ACT(f16_to_f32(a >> 16), f16_to_f32(b >> 16));
-    return f32_to_f16(lo) | (f32_to_f16(hi) << 16);
+#if ELEMS_PER_WORD == 1
+    return to_bits(ACT(from_bits(a), from_bits(b)));
+#else
+    uint r = 0u;
+    for (int k = 0; k < ELEMS_PER_WORD; ++k) {
+        ELEM_T x = from_bits(bitfieldExtract(a, k * ELEM_BITS, ELEM_BITS));
+        ELEM_T y = from_bits(bitfieldExtract(b, k * ELEM_BITS, ELEM_BITS));
+        r = bitfieldInsert(r, to_bits(ACT(x, y)), k * ELEM_BITS, ELEM_BITS);
+    }
+    return r;
+#endif
 }
+
 uvec4 apply_unit(uvec4 a, uvec4 b) {
     return uvec4(apply_word(a.x, b.x), apply_word(a.y, b.y), apply_word(a.z, b.z), apply_word(a.w, b.w));
 }
-#endif
 
 void main() {
     load_params();
     uint units = (pc.count + UNIT_ELEMS - 1u) / UNIT_ELEMS;
     uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
     for (uint u = gl_GlobalInvocationID.x; u < units; u += step) {
-        UNIT_T a = in0[u];
+        uvec4 a = in0[u];
 #if INPUTS > 1
         outv[u] = apply_unit(a, in1[u]);
 #else
@@ -89,16 +93,17 @@ void main() {
 
 #else  // LAYOUT_STRIDED
 
-#if defined(DTYPE_F32)
-#define LOAD(buf, e) buf[e]
-void store_out(uint e, float v) { outv[e] = v; }
-#elif defined(DTYPE_F16)
-#define LOAD(buf, e) f16_to_f32((buf[(e) >> 1] >> (((e) & 1u) * 16u)) & 0xffffu)
-void store_out(uint e, float v) {
-    // Two invocations may own the two halves of one word: update only ours, atomically.
-    uint shift = (e & 1u) * 16u;
-    atomicAnd(outv[e >> 1], ~(0xffffu << shift));
-    atomicOr(outv[e >> 1], f32_to_f16(v) << shift);
+#if ELEMS_PER_WORD == 1
+#define LOAD(buf, e) from_bits(buf[e])
+void store_out(uint e, ELEM_T v) { outv[e] = to_bits(v); }
+#else
+#define LOAD(buf, e) from_bits(bitfieldExtract(buf[(e) / uint(ELEMS_PER_WORD)], int((e) % uint(ELEMS_PER_WORD)) * ELEM_BITS, ELEM_BITS))
+void store_out(uint e, ELEM_T v) {
+    // Several invocations may own elements of one word: update only ours, atomically.
+    uint word = e / uint(ELEMS_PER_WORD);
+    uint shift = (e % uint(ELEMS_PER_WORD)) * uint(ELEM_BITS);
+    atomicAnd(outv[word], ~(ELEM_MASK << shift));
+    atomicOr(outv[word], (to_bits(v) & ELEM_MASK) << shift);
 }
 #endif
 
@@ -115,11 +120,11 @@ void main() {
             rem /= size;
             for (uint t = 0u; t <= uint(INPUTS); ++t) off[t] += c * meta[MAX_DIMS * (t + 1u) + d];
         }
-        float a = LOAD(in0, off[0]);
+        ELEM_T a = LOAD(in0, off[0]);
 #if INPUTS > 1
-        float b = LOAD(in1, off[1]);
+        ELEM_T b = LOAD(in1, off[1]);
 #else
-        float b = a;
+        ELEM_T b = a;
 #endif
         store_out(off[INPUTS], ACT(a, b));
     }

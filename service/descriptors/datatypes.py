@@ -47,19 +47,28 @@ class DataTypeInfo:
     dml_value: int        # the enum's value in DirectML.h
     numpy: np.dtype
     size: int             # bytes per element
-    shader: str | None    # the DTYPE_* define of the shader variant; None: no kernel yet
+    shader: str | None    # the DTYPE_* define of the shader variant; None: no kernel (see NO_KERNEL)
+
+    @property
+    def is_integer(self) -> bool:
+        return self.numpy.kind in "iu"
 
 
 _INFO: dict[DataType, DataTypeInfo] = {
     DataType.FLOAT32: DataTypeInfo(1, np.dtype("<f4"), 4, "F32"),
     DataType.FLOAT16: DataTypeInfo(2, np.dtype("<f2"), 2, "F16"),
-    DataType.UINT32: DataTypeInfo(3, np.dtype("<u4"), 4, None),
-    DataType.UINT16: DataTypeInfo(4, np.dtype("<u2"), 2, None),
-    DataType.UINT8: DataTypeInfo(5, np.dtype("u1"), 1, None),
-    DataType.INT32: DataTypeInfo(6, np.dtype("<i4"), 4, None),
-    DataType.INT16: DataTypeInfo(7, np.dtype("<i2"), 2, None),
-    DataType.INT8: DataTypeInfo(8, np.dtype("i1"), 1, None),
+    DataType.UINT32: DataTypeInfo(3, np.dtype("<u4"), 4, "U32"),
+    DataType.UINT16: DataTypeInfo(4, np.dtype("<u2"), 2, "U16"),
+    DataType.UINT8: DataTypeInfo(5, np.dtype("u1"), 1, "U8"),
+    DataType.INT32: DataTypeInfo(6, np.dtype("<i4"), 4, "I32"),
+    DataType.INT16: DataTypeInfo(7, np.dtype("<i2"), 2, "I16"),
+    DataType.INT8: DataTypeInfo(8, np.dtype("i1"), 1, "I8"),
     DataType.FLOAT64: DataTypeInfo(9, np.dtype("<f8"), 8, None),
     DataType.UINT64: DataTypeInfo(10, np.dtype("<u8"), 8, None),
     DataType.INT64: DataTypeInfo(11, np.dtype("<i8"), 8, None),
 }
+
+
+#: Why a type has no kernel: 64-bit arithmetic in a shader needs the shaderInt64 / shaderFloat64
+#: device features, and Kompute 0.9 enables no device feature when it creates the device.
+NO_KERNEL = "64-bit shader arithmetic needs the shaderInt64/shaderFloat64 device features, which Kompute 0.9 does not enable"

@@ -95,3 +95,20 @@ def legacy_float(introduced: FeatureLevel = FeatureLevel.FL_1_0) -> TensorSuppor
 def modern_float(introduced: FeatureLevel) -> TensorSupport:
     """Operators introduced at 3_0 or later: 1 to 8 dimensions, FLOAT32/FLOAT16, from the start."""
     return TensorSupport((LevelSupport(introduced, 1, 8, FLOATS),))
+
+
+INTEGERS_SIGNED = frozenset({DataType.INT32, DataType.INT16, DataType.INT8})
+INTEGERS_UNSIGNED = frozenset({DataType.UINT32, DataType.UINT16, DataType.UINT8})
+
+
+def with_types(support: TensorSupport, level: FeatureLevel, types: frozenset[DataType]) -> TensorSupport:
+    """``support`` with ``types`` accepted from ``level`` on (DirectML's 5_1 integer support)."""
+    current = support.at(level)
+    assert current is not None, "the operator must exist at that level"
+    steps = {s.level: s for s in support.steps}
+    steps.setdefault(level, LevelSupport(level, current.min_dims, current.max_dims, current.data_types))
+    widened = [
+        LevelSupport(s.level, s.min_dims, s.max_dims, s.data_types | types) if s.level >= level else s
+        for s in steps.values()
+    ]
+    return TensorSupport(tuple(sorted(widened, key=lambda s: s.level.code)))

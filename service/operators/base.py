@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport
+from ..descriptors.datatypes import NO_KERNEL
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
 from ..errors import DescriptorError, UnsupportedOnDevice
 
@@ -70,7 +71,10 @@ class OperatorDesc(BaseModel):
         model = self.model_copy(update=as_float32)
         with np.errstate(all="ignore"):
             result = model.formula(*(np.asarray(x, dtype=np.float64) for x in inputs))
-        return np.asarray(result, dtype=np.float64).astype(dtype)
+        result = np.asarray(result, dtype=np.float64)
+        if dtype.kind in "iu":  # truncate toward zero, then wrap to the type (modulo 2^bits)
+            return np.trunc(result).astype(np.int64).astype(dtype)
+        return result.astype(dtype)
 
     @model_validator(mode="after")
     def _shape_rules(self) -> OperatorDesc:
@@ -90,13 +94,22 @@ class OperatorDesc(BaseModel):
                         f"({getattr(first, field)!s}), got {getattr(other, field)!s}",
                     )
         dtype = first.DataType
-        step = self.support.at(IMPLEMENTED_LEVEL)
-        if step is None or dtype not in step.data_types:
-            allowed = ", ".join(sorted(t.value for t in step.data_types)) if step else "none"
+        accepted = self.accepted_types()
+        if dtype not in accepted:
+            allowed = ", ".join(sorted(t.value for t in accepted))
             raise DescriptorError(f"{first_name}.DataType", f"{self.type_name()} does not support {dtype.value}; it supports {allowed}")
+        if dtype.info.shader is None:
+            raise DescriptorError(f"{first_name}.DataType", f"{self.type_name()} accepts {dtype.value}, but vkact has no kernel for it: {NO_KERNEL}")
         if self.output.overlaps():
             raise DescriptorError(f"{self.output_field}.Strides", "output strides make two elements share one position")
         return self
+
+    extra_types: ClassVar[frozenset[DataType]] = frozenset()  # accepted beyond DirectML (ONNX's types)
+
+    @classmethod
+    def accepted_types(cls) -> frozenset[DataType]:
+        step = cls.support.at(IMPLEMENTED_LEVEL)
+        return (step.data_types if step else frozenset()) | cls.extra_types
 
     def check_execution(self, in_place: bool, max_tensor_bytes: int) -> None:
         """The rules of one execution on one device: buffer sizes within the device's binding limit,

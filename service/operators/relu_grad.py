@@ -3,7 +3,7 @@ from typing import ClassVar, Literal, Optional
 import numpy as np
 
 from ..descriptors import TensorDesc
-from ..descriptors.feature_levels import FeatureLevel, modern_float
+from ..descriptors.feature_levels import INTEGERS_SIGNED, FeatureLevel, modern_float, with_types
 from .base import OperatorDesc
 
 
@@ -17,7 +17,7 @@ class ReluGrad(OperatorDesc):
     OutputGradientTensor: Optional[TensorDesc] = None
 
     shader: ClassVar[str] = "relu_grad"
-    support: ClassVar = modern_float(FeatureLevel.FL_3_0)
+    support: ClassVar = with_types(modern_float(FeatureLevel.FL_3_0), FeatureLevel.FL_5_1, INTEGERS_SIGNED)
     in_place: ClassVar[bool] = False  # DirectMLSchema.h flags RELU_GRAD without IN_PLACE_EXECUTION
     input_fields: ClassVar[tuple[str, ...]] = ("InputTensor", "InputGradientTensor")
     output_field: ClassVar[str] = "OutputGradientTensor"

@@ -1,8 +1,10 @@
+import math
 from typing import ClassVar, Literal
 
 import numpy as np
 
-from ..descriptors.feature_levels import FeatureLevel, legacy_float
+from ..descriptors import DataType
+from ..descriptors.feature_levels import INTEGERS_SIGNED, INTEGERS_UNSIGNED, FeatureLevel, legacy_float, with_types
 from .base import ActivationDesc, Scalar
 
 
@@ -12,6 +14,13 @@ class Shrink(ActivationDesc):
     ONNX Shrink with bias = Bias and lambd = Threshold, tested in ONNX's order (x < -Threshold first),
     which decides a negative Threshold, where both conditions can hold. NaN gives 0 (every comparison
     is false).
+
+    Integer tensors (DirectML from 5_1: INT8/16/32, UINT8/16/32): x is compared with Threshold exactly,
+    x -/+ Bias is computed exactly, truncated toward zero and wrapped to the type (modulo 2^bits, two's
+    complement), as ONNX's reference gives when it casts its float64 result back (uint8 3 - 5.5 = -2.5
+    -> -2 -> 254). The reference rounds x -/+ Bias to float64 before truncating; vkact does not, which
+    differs only when Bias has a fractional part below 2^-20 of x. INT64, UINT64 and FLOAT64, which ONNX
+    also allows, are accepted but have no kernel (see NO_KERNEL): a request gets a 422.
     """
 
     Type: Literal["DML_OPERATOR_ACTIVATION_SHRINK"] = "DML_OPERATOR_ACTIVATION_SHRINK"
@@ -19,8 +28,24 @@ class Shrink(ActivationDesc):
     Threshold: Scalar = 0.5
 
     shader: ClassVar[str] = "shrink"
-    support: ClassVar = legacy_float(FeatureLevel.FL_2_0)
+    support: ClassVar = with_types(legacy_float(FeatureLevel.FL_2_0), FeatureLevel.FL_5_1, INTEGERS_SIGNED | INTEGERS_UNSIGNED)
+    extra_types: ClassVar = frozenset({DataType.INT64, DataType.UINT64, DataType.FLOAT64})
     formula_text: ClassVar[str] = "x + Bias if x < -Threshold; x - Bias if x > Threshold; else 0"
 
     def formula(self, x: np.ndarray) -> np.ndarray:
         return np.where(x < -self.Threshold, x + self.Bias, np.where(x > self.Threshold, x - self.Bias, 0.0))
+
+    def shader_params(self) -> tuple:
+        if not self.data_type.info.is_integer:
+            return self.scalars()
+        info = np.iinfo(self.data_type.info.numpy)
+        threshold, bias = float(np.float32(self.Threshold)), float(np.float32(self.Bias))
+        low, high = math.ceil(-threshold) - 1, math.floor(threshold) + 1   # x < -T <=> x <= low; x > T <=> x >= high
+        flags = (low >= info.max) | (low < info.min) << 1 | (high <= info.min) << 2 | (high > info.max) << 3
+        words = [low, high, flags]
+        for shift, c in ((4, -bias), (6, bias)):  # x + Bias = x - (-Bias); x - Bias
+            ci = math.trunc(c)
+            cf = c - ci
+            words.append(ci)
+            words[2] |= (1 if cf > 0 else 2 if cf < 0 else 0) << shift
+        return tuple(w & 0xFFFFFFFF for w in (words[0], words[1], words[2], words[3], words[4]))

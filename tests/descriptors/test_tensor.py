@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from service.descriptors import DataType, TensorDesc, calc_buffer_tensor_size
 from service.operators import OPERATORS, descriptor_error, parse_operator
-from tests.helpers import tensor
+from tests.helpers import any_op, tensor
 
 F32, F16 = DataType.FLOAT32, DataType.FLOAT16
 
@@ -60,7 +60,8 @@ def shrink(**fields) -> dict:
         (shrink(InputTensor=tensor(np.float32, (2, -3))), "InputTensor.Sizes[1]", "greater than or equal"),
         (shrink(InputTensor=tensor(np.float32, (2, 3), GuaranteedBaseOffsetAlignment=3)), "InputTensor.GuaranteedBaseOffsetAlignment", "power of two"),
         (shrink(InputTensor={"DataType": "DML_TENSOR_DATA_TYPE_BFLOAT16", "Sizes": [2]}), "InputTensor.DataType", "Input should be"),
-        (shrink(InputTensor={"DataType": "DML_TENSOR_DATA_TYPE_INT32", "Sizes": [2]}), "InputTensor.DataType", "does not support"),
+        ({"Type": "DML_OPERATOR_ACTIVATION_SOFTSIGN", "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_INT32", "Sizes": [2]}}, "InputTensor.DataType", "does not support"),
+        (shrink(InputTensor={"DataType": "DML_TENSOR_DATA_TYPE_INT64", "Sizes": [2]}), "InputTensor.DataType", "no kernel"),
         (shrink(OutputTensor=tensor(np.float32, (2, 3), (1, 1))), "OutputTensor.Strides", "share one position"),
         (shrink(Threshold=float("nan")), "Threshold", "finite"),
         (shrink(Bias="a lot"), "Bias", "valid number"),
@@ -91,13 +92,15 @@ def test_registry_entries_are_complete():
     for name, op in OPERATORS.items():
         assert name.startswith("DML_OPERATOR_ACTIVATION_")
         assert (Settings().glsl_dir / f"{op.shader}.comp").is_file()
-        desc = parse_operator({"Type": name, "InputTensor": tensor(np.float32, (13,))})
-        assert not np.array_equal(desc.formula(x), x), name
+        desc = any_op(name, np.float32, (13,))
+        inputs = [x] + [np.full(13, 0.5)] * (len(op.input_fields) - 1)
+        if name != "DML_OPERATOR_ACTIVATION_IDENTITY":
+            assert not np.array_equal(desc.formula(*inputs), x), name
         assert op.__doc__ and op.formula_text
 
 
 def test_documented_defaults():
-    d = {n: parse_operator({"Type": n, "InputTensor": tensor(np.float32, (1,))}) for n in OPERATORS}
+    d = {n: any_op(n, np.float32, (1,)) for n in OPERATORS}
     assert d["DML_OPERATOR_ACTIVATION_SHRINK"].scalars() == (0.0, 0.5)           # Bias, Threshold
     assert d["DML_OPERATOR_ACTIVATION_CELU"].scalars() == (1.0,)                 # Alpha
     assert d["DML_OPERATOR_ACTIVATION_SCALED_TANH"].scalars() == (1.0, 0.5)      # Alpha, Beta

@@ -97,6 +97,24 @@ def test_onnx_shrink_examples(engine, bias, expected):
     np.testing.assert_array_equal(y, np.array(expected, np.float32))
 
 
+def test_shrink_with_a_negative_threshold_follows_onnx_order(engine):
+    """With Threshold -1, x < 1 and x > -1 both hold on (-1, 1); ONNX tests x < -lambd first, so
+    everything below 1 gets x + Bias and only x >= 1 gets x - Bias."""
+    x = np.array([-2.0, -0.5, 0.0, 0.5, 2.0], np.float32)
+    op = make_op("SHRINK", np.float32, x.shape, Bias=10.0, Threshold=-1.0)
+    y = run(engine, op, x)
+    np.testing.assert_array_equal(y, [8.0, 9.5, 10.0, 10.5, -8.0])
+    np.testing.assert_array_equal(op.reference(x), y)
+
+
+def test_parameters_are_directml_floats(engine):
+    """Threshold 0.1 is float32(0.1) > 0.1 on the device, and so in the reference: x = float32(0.1) is not above it."""
+    x = np.array([0.1, 0.2], np.float32)
+    op = make_op("SHRINK", np.float32, x.shape, Threshold=0.1)
+    np.testing.assert_array_equal(run(engine, op, x), op.reference(x))
+    np.testing.assert_array_equal(op.reference(x), [0.0, np.float32(0.2) - np.float32(0.0)])
+
+
 @pytest.mark.parametrize("sizes", [(0,), (2, 0, 3), (1,), (1, 1, 1, 1, 1, 1, 1, 1)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 def test_empty_and_single_element(engine, sizes, dtype):
