@@ -69,12 +69,11 @@ class OperatorDesc(BaseModel):
         dtype = inputs[0].dtype
         as_float32 = {name: float(np.float32(getattr(self, name))) for name in self.scalar_fields()}
         model = self.model_copy(update=as_float32)
-        with np.errstate(all="ignore"):
-            result = model.formula(*(np.asarray(x, dtype=np.float64) for x in inputs))
-        result = np.asarray(result, dtype=np.float64)
-        if dtype.kind in "iu":  # truncate toward zero, then wrap to the type (modulo 2^bits)
-            return np.trunc(result).astype(np.int64).astype(dtype)
-        return result.astype(dtype)
+        with np.errstate(all="ignore"):  # overflow to inf, NaN from NaN: both intended
+            result = np.asarray(model.formula(*(np.asarray(x, dtype=np.float64) for x in inputs)), dtype=np.float64)
+            if dtype.kind in "iu":  # truncate toward zero, then wrap to the type (modulo 2^bits)
+                return np.trunc(result).astype(np.int64).astype(dtype)
+            return result.astype(dtype)
 
     @model_validator(mode="after")
     def _shape_rules(self) -> OperatorDesc:
