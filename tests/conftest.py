@@ -1,9 +1,16 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
+
+# In CI the property tests replay the same examples on every run (reproducible); locally they explore.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 if TYPE_CHECKING:
     from service.engine import Engine

@@ -2,13 +2,18 @@
 the next request correctly."""
 from __future__ import annotations
 
+import json
 import socket
 from urllib.parse import urlparse
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from client.codec import HEADER_LENGTH
+from service.operators import parse_operator
+from tests.engine.test_properties import _breakers, cases
 from tests.helpers import tensor
 from tests.service.helpers import binary_request, decode_response, request_body
 
@@ -122,3 +127,20 @@ def test_unknown_route_and_method(http):
     assert http.get("/v1/nothing").json() == {"error": "Not Found", "field": None}
     assert http.get("/v1/execute").status_code == 405
     assert_still_serving(http)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(), st.data())
+def test_any_descriptor_broken_in_one_place_gets_a_4xx_naming_it(server, case, data):
+    """The property of tests/engine/test_properties.py through HTTP: the field gains 'Operator.'."""
+    body, _, _, _ = case
+    desc = parse_operator(body) if body["Type"] != "DML_OPERATOR_ACTIVATION_CELU" or body.get("Alpha", 1.0) != 0.0 else None
+    assume(desc is not None)
+    field, mutate = data.draw(st.sampled_from(_breakers(body, desc)))
+    mutate(body)
+    with server.client() as http:
+        inputs = {name: [0.0] for name in desc.input_fields}
+        payload = json.dumps({"Operator": body, "Inputs": inputs})  # NaN as the bare literal some clients send
+        response = http.post("/v1/execute", content=payload, headers={"Content-Type": "application/json"})
+        assert 400 <= response.status_code < 500
+        assert response.json()["field"] == f"Operator.{field}"
