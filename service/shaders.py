@@ -77,6 +77,7 @@ class ShaderCompiler:
             os.unlink(tmp)
             lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip() and ln.strip() != str(source)]
             raise ShaderCompileError(f"{variant} does not compile:\n" + "\n".join(lines))
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; the service may run as another user (containers)
         os.replace(tmp, path)
 
 

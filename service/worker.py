@@ -46,7 +46,16 @@ class _Mapping:
         fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
         try:
             if create:
-                os.ftruncate(fd, size)
+                # Reserve the pages now: a sparse file in a full /dev/shm (Docker's default is 64 MB)
+                # would SIGBUS the first process to touch them instead of failing here, cleanly.
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as exc:
+                    os.unlink(path)
+                    raise Busy(
+                        f"no room for a {size}-byte tensor slot in {SHM_DIR} ({exc.strerror}); "
+                        "give the service more shared memory (docker run --shm-size=2g)"
+                    ) from None
             self.mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
