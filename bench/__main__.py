@@ -1,4 +1,4 @@
-"""``python -m bench [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
+"""``python -m bench [--only kernels|service] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +14,7 @@ from service.engine import Engine
 
 from .kernels import VkBench, make_op, operators
 from .peers import PEERS, Compute, host_memcpy
-from .report import OpResult, SizeResult, merge, section
+from .report import OpResult, SizeResult, merge, section, service_section
 from .timing import blocks, rounds
 
 WARMUP = 2
@@ -28,12 +28,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description="Kernel and end-to-end throughput of every operator against the device's copy ceiling, "
-        "a host memcpy and CPU peers; writes a Markdown report.")
-    parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="log2 element counts (default 20,24)")
-    parser.add_argument("--repeat", type=int, default=10, help=f"timed runs of each measurement, after {WARMUP} warm-up runs")
-    parser.add_argument("--ops", type=_csv, default=None, help="operators by short name, e.g. shrink,celu (default: all)")
+        "a host memcpy and CPU peers; then the HTTP service end to end (latency, requests/s, 16 MiB "
+        "throughput) against a bare uvicorn echo and a raw loopback socket; writes a Markdown report.")
+    parser.add_argument("--only", choices=("kernels", "service"), default=None,
+                        help="run one part only (default: kernels, then service)")
+    parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="kernels: log2 element counts (default 20,24)")
+    parser.add_argument("--repeat", type=int, default=10, help=f"kernels: timed runs of each measurement, after {WARMUP} warm-up runs")
+    parser.add_argument("--ops", type=_csv, default=None, help="kernels: operators by short name, e.g. shrink,celu (default: all)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "RESULTS.md",
-                        help="report to write; other devices' sections in it are kept (default bench/RESULTS.md)")
+                        help="report to write; the sections of other devices, and of a part not run, are kept (default bench/RESULTS.md)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -87,8 +90,18 @@ def measure(engine: Engine, vk: VkBench, names: list[str], log2: int, peers: lis
     ])
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = _args(argv)
+def _machine() -> str:
+    return f"{platform.platform()}; {_cpu_model()}; {os.cpu_count()} CPUs"
+
+
+def _write(out: Path, device_name: str, text: str, kind: str) -> None:
+    print(text, end="")
+    existing = out.read_text() if out.exists() else ""
+    out.write_text(merge(existing, device_name, text, kind))
+    print(f"\nwritten to {out}")
+
+
+def run_kernels(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     names = operators(args.ops)
     versions = {peer.name: peer.version() for peer in PEERS}
@@ -103,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     d = engine.device
     header = [
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
-        ("Machine", f"{platform.platform()}; {_cpu_model()}; {os.cpu_count()} CPUs"),
+        ("Machine", _machine()),
         ("Device", f"{d.name}; type {d.type}; driver {d.driver_name} {d.driver_info}; Vulkan {d.api_version}; tensors in {engine.memory} memory"),
         ("Kernels", f"local size {engine.settings.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
                     f"best (median) of {args.repeat} runs after {WARMUP} warm-up runs"),
@@ -111,11 +124,36 @@ def main(argv: list[str] | None = None) -> None:
                   + " (numpy runs on one thread; the others use their default thread pools)"),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
     ]
-    text = section(d.name, header, sizes, peers)
-    print(text, end="")
-    existing = args.out.read_text() if args.out.exists() else ""
-    args.out.write_text(merge(existing, d.name, text))
-    print(f"\nwritten to {args.out}")
+    _write(args.out, d.name, section(d.name, header, sizes, peers), "device")
+
+
+def run_service(args: argparse.Namespace) -> None:
+    from service.config import Settings
+
+    from . import service as svc
+
+    result = svc.run()
+    d, v, settings = result.device, result.versions, Settings()
+    header = [
+        ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
+        ("Machine", f"{_machine()}; 1-minute load average {result.load[0]:.1f} at the start, {result.load[1]:.1f} at the end"),
+        ("Device", f"{d['name']}; type {d['type']}; driver {d['driver']['name']} {d['driver']['info']}; "
+                   f"Vulkan {d['vulkan_api_version']}; tensors in {d['memory']} memory"),
+        ("Servers", f"uvicorn {v['uvicorn']}, httptools {v['httptools']}, uvloop {v['uvloop']}, one process each; "
+                    f"vkact's device worker in its own process at nice {settings.worker_nice}"),
+        ("Clients", f"httpx {v['httpx']}, one keep-alive connection per client; {svc.CLIENTS} processes for requests/s"),
+        ("CPUs", f"{os.cpu_count()}, shared by the clients, both servers, vkact's device worker and the socket's peer"),
+        ("Runtime", f"{result.seconds:.1f} s"),
+    ]
+    _write(args.out, d["name"], service_section(d["name"], header, result), "service")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _args(argv)
+    if args.only != "service":
+        run_kernels(args)
+    if args.only != "kernels":
+        run_service(args)
 
 
 if __name__ == "__main__":

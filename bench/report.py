@@ -1,22 +1,33 @@
-"""bench/RESULTS.md: a preamble, then one section per Vulkan device between HTML comment markers. A
-run rewrites the preamble and its own device's section; other devices' sections are kept verbatim
-(text outside any section is not: the bench owns the file)."""
+"""bench/RESULTS.md: a preamble, then per Vulkan device a kernel section and a service section, each
+between HTML comment markers. A run rewrites the preamble and the sections it measured; other sections
+are kept verbatim (text outside any section is not: the bench owns the file)."""
 from __future__ import annotations
 
 import re
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .timing import Samples
 
+if TYPE_CHECKING:
+    from .service import Cpu, ServiceResult
+
 TARGET = 0.90       # kernel / copy ceiling that every operator should reach ...
 TARGET_LOG2 = 24    # ... at this many FLOAT32 elements
+TARGET_THROUGHPUT = 0.50   # vkact's 16 MiB binary requests: at least this fraction of the bare echo's throughput
+TARGET_LATENCY = 1.5       # vkact's 1,024-element requests: p50 at most this multiple of the bare echo's p50
 
-PREAMBLE = f"""# vkact kernel benchmark
+PREAMBLE = f"""# vkact benchmark
 
-Written by `make bench` (`python -m bench`). Each Vulkan device has its own section; a run replaces
-only the section of the device it ran on. Throughput is bytes read plus bytes written over wall time
-(GB = 10^9 bytes); GB/s is the best of the timed runs, with the median in parentheses where shown.
+Written by `make bench` (`python -m bench`; `--only kernels` or `--only service` runs one part). Each
+Vulkan device has a kernel section and a service section; a run replaces only the sections it
+measured, on the device it ran on.
+
+## Kernels
+
+Throughput is bytes read plus bytes written over wall time (GB = 10^9 bytes); GB/s is the best of the
+timed runs, with the median in parentheses where shown.
 
 - **kernel**: one dispatch of the operator's packed FLOAT32 kernel on the engine's own buffers and
   pipeline, without transfers.
@@ -29,9 +40,43 @@ only the section of the device it ran on. Throughput is bytes read plus bytes wr
   End-to-end and peer runs are timed in blocks, not interleaved: each would otherwise inherit the
   allocator and cache state of its neighbour.
 - **target**: the kernel reaches {TARGET:.2f} of the copy ceiling at 2^{TARGET_LOG2} elements (PASS or BELOW).
+
+## Service end to end
+
+`POST /v1/execute` of the real service (`python -m service` with its defaults, started by the bench on
+a free loopback port) next to two ceilings measured in the same run (`bench/service.py`):
+
+- **bare echo**: `bench/echo.py`, a raw ASGI callable (no Starlette or FastAPI) that returns the
+  request's body, under uvicorn with the service's settings (httptools, uvloop, one process): the
+  HTTP stack alone.
+- **raw socket**: the same bytes over a TCP connection on 127.0.0.1 to another process, which reads them
+  (`recv_into`) and sends them back (`sendall`): no HTTP.
+- Requests: SHRINK (DirectML's defaults) on FLOAT32 data, the bodies that `client.Client` builds, sent
+  by `httpx.Client` with one keep-alive connection per client; the echo gets vkact's binary frames
+  byte for byte. **client.Client** rows time the Python client itself (its encoding and decoding
+  included). Every target's answer is checked once before it is timed.
+- **latency**: 1,024 elements, one request at a time: p50 and p99 of single requests as the client
+  sees them; the targets alternate in blocks of 200 requests, 2,000 per target after 50 warm-up ones.
+  CPU µs per request: user + system CPU time of the client (the bench's process), of the server's
+  process (for the raw socket, its peer) and of vkact's device worker process, all threads included,
+  over the timed requests (from /proc, 10 ms ticks: about ±5 µs per request). With one request at a
+  time, the three add up to about the wall time per request when the CPUs are otherwise idle.
+- **requests/s**: 8 client processes (not threads: one process's GIL would measure the client), each
+  with its own connection, started together; 4,000 requests per target over 2 alternating rounds;
+  all requests over the summed wall time of the rounds.
+- **16 MiB**: 2^22 FLOAT32 elements in and out. tensor MB/s: 16 MiB in + 16 MiB out over the wall
+  time of one request; wire MB/s: request body + response body bytes over the same time
+  (MB = 10^6 bytes); best (median) of the timed requests. The socket, the echo and vkact's binary
+  frames are timed alternately; the others in blocks. **vs echo**: the echo's time for the binary
+  frame over this target's time for the same tensor (for vkact binary, the median over adjacent
+  pairs).
+- **targets**: 16 MiB binary requests at ≥ {TARGET_THROUGHPUT:.2f} of the echo's throughput; 1,024-element
+  requests with p50 ≤ {TARGET_LATENCY:g}× the echo's p50 (PASS or BELOW).
+- The clients, both servers, vkact's device worker and the raw socket's peer share the machine's
+  CPUs (and with whatever else runs there: see the load average in each section's header).
 """
 
-_SECTION = re.compile(r"<!-- device: (?P<name>.*?) -->\n.*?<!-- end device -->", re.S)
+_SECTION = re.compile(r"<!-- (?P<kind>device|service): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
 
 
 @dataclass
@@ -115,16 +160,97 @@ def section(device_name: str, header: list[tuple[str, str]], sizes: list[SizeRes
     return "\n".join(lines)
 
 
-def merge(existing: str, device_name: str, new_section: str) -> str:
-    """The preamble, the other devices' sections as they were, and this device's new section (in its
-    old place if it had one, else last)."""
-    sections, replaced = [], False
-    for match in _SECTION.finditer(existing):
-        if match["name"] == device_name:
-            sections.append(new_section)
-            replaced = True
-        else:
-            sections.append(match[0] + "\n")
-    if not replaced:
-        sections.append(new_section)
-    return PREAMBLE + "".join("\n" + s for s in sections)
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}"
+
+
+def _mb(nbytes: int, samples: Samples) -> str:
+    return f"{nbytes / samples.best / 1e6:.0f} ({nbytes / samples.median / 1e6:.0f})"
+
+
+def _cpu(cpu: Cpu) -> str:
+    cells = [cpu.per_request(role) for role in ("client", "server", "worker")]
+    return " / ".join("—" if c is None else f"{c * 1e6:.0f}" for c in cells)
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "BELOW"
+
+
+SERVICE_LABELS = {
+    "socket": "raw socket",
+    "echo": "bare echo (uvicorn + raw ASGI)",
+    "vkact": "vkact `POST /v1/execute`, binary",
+    "client": "vkact via `client.Client`, binary",
+    "vkact binary": "vkact `POST /v1/execute`, binary",
+    "vkact base64": "vkact `POST /v1/execute`, base64",
+    "vkact json": "vkact `POST /v1/execute`, JSON",
+    "client binary": "vkact via `client.Client`, binary",
+}
+
+
+def service_section(device_name: str, header: list[tuple[str, str]], r: ServiceResult) -> str:
+    """This device's service section: header facts, latency, requests/s, 16 MiB throughput, targets."""
+    echo_p50 = r.latency["echo"].median
+    lines = [f"<!-- service: {device_name} -->", f"## {device_name}: service end to end", ""]
+    lines += [f"- **{key}:** {value}" for key, value in header]
+
+    n_small = sum(len(s.seconds) for s in r.latency.values()) // len(r.latency)
+    lines += ["", f"### Latency: 1,024 FLOAT32 elements, sequential ({n_small:,} requests per target)", "",
+              f"Binary request body {r.small_bytes[0]:,} bytes, response body {r.small_bytes[1]:,} bytes "
+              "(the raw socket sends the request's bytes and gets them back).", ""]
+    head = ["target", "p50 ms", "p99 ms", "mean ms", "p50 / echo p50", "CPU µs per request: client / server / device worker"]
+    lines += [_row(head), _row(["---"] * len(head))]
+    for key, samples in r.latency.items():
+        ratio = f"{samples.median / echo_p50:.2f}"
+        lines.append(_row([SERVICE_LABELS[key], _ms(samples.median), _ms(samples.percentile(99)),
+                           _ms(statistics.fmean(samples.seconds)), f"**{ratio}**" if key == "vkact" else ratio,
+                           _cpu(r.cpu[key])]))
+
+    echo_rate = r.rates["echo"].per_second
+    requests = r.rates["echo"].requests
+    lines += ["", f"### Requests per second: 8 concurrent clients, 1,024 elements ({requests:,} requests per target)", ""]
+    head = ["target", "requests/s", "p50 ms", "p99 ms", "vs echo"]
+    lines += [_row(head), _row(["---"] * len(head))]
+    for key, rate in r.rates.items():
+        lines.append(_row([SERVICE_LABELS[key], f"{rate.per_second:.0f}", _ms(rate.latency.median),
+                           _ms(rate.latency.percentile(99)), f"{rate.per_second / echo_rate:.2f}"]))
+
+    lines += ["", "### 16 MiB: 2^22 FLOAT32 elements in and out", ""]
+    head = ["target", "timed requests", "request / response body", "tensor MB/s", "wire MB/s", "vs echo"]
+    lines += [_row(head), _row(["---"] * len(head))]
+    for key, samples in r.large.items():
+        body_in, body_out = r.large_bytes[key]
+        ratio = f"{r.vs_echo(key):.2f}"
+        lines.append(_row([
+            SERVICE_LABELS[key], str(len(samples.seconds)),
+            f"{body_in / 2**20:.2f} / {body_out / 2**20:.2f} MiB",
+            "—" if key in ("socket", "echo") else _mb(r.tensor_bytes, samples),
+            _mb(body_in + body_out, samples),
+            f"**{ratio}**" if key == "vkact binary" else ratio,
+        ]))
+
+    throughput, latency = r.vs_echo("vkact binary"), r.small_ratio
+    lines += ["", "**Targets:**", "",
+              f"- 16 MiB binary requests at ≥ {TARGET_THROUGHPUT:.2f} of the bare echo's throughput: "
+              f"{throughput:.2f} → **{_verdict(throughput >= TARGET_THROUGHPUT)}**",
+              f"- 1,024-element requests with p50 ≤ {TARGET_LATENCY:g}× the bare echo's: "
+              f"{latency:.2f}× ({_ms(r.latency['vkact'].median)} ms against {_ms(echo_p50)} ms) → "
+              f"**{_verdict(latency <= TARGET_LATENCY)}**"]
+    lines += ["", "<!-- end service -->", ""]
+    return "\n".join(lines)
+
+
+def merge(existing: str, device_name: str, new_section: str, kind: str = "device") -> str:
+    """The preamble, the other sections as they were, and this (kind, device)'s new section: in its old
+    place if it had one, else next to the device's other section (kernels first), else last."""
+    sections = [(m["kind"], m["name"], m[0] + "\n") for m in _SECTION.finditer(existing)]
+    keys = [(k, n) for k, n, _ in sections]
+    if (kind, device_name) in keys:
+        sections[keys.index((kind, device_name))] = (kind, device_name, new_section)
+    else:
+        same = [i for i, (_, n) in enumerate(keys) if n == device_name]
+        at = len(sections) if not same else (same[0] if kind == "device" else same[-1] + 1)
+        sections.insert(at, (kind, device_name, new_section))
+    return PREAMBLE + "".join("\n" + text for _, _, text in sections)

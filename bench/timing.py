@@ -27,6 +27,10 @@ class Samples:
     def median(self) -> float:
         return statistics.median(self.seconds)
 
+    def percentile(self, q: int) -> float:
+        """The q-th percentile (1 to 99), interpolated between the two nearest samples."""
+        return statistics.quantiles(self.seconds, n=100, method="inclusive")[q - 1]
+
     def gbps(self, nbytes: int, median: bool = False) -> float:
         return nbytes / (self.median if median else self.best) / 1e9
 
