@@ -21,7 +21,7 @@ class OperatorInfo(NamedTuple):
     type: str                  # the descriptor's Type (DML_OPERATOR_*)
     inputs: tuple[str, ...]    # input tensor fields, in DirectML order
     output: str                # output tensor field
-    params: tuple[str, ...]    # scalar fields, in DirectML order
+    params: tuple[str, ...]    # parameter fields (scalars; arrays such as Axes), in DirectML order
     defaults: dict[str, float]  # DirectML's defaults of those that have one
 
 
@@ -29,11 +29,53 @@ OPERATORS: dict[str, OperatorInfo] = {
     'celu': OperatorInfo(
         'DML_OPERATOR_ACTIVATION_CELU', ('InputTensor',), 'OutputTensor', ('Alpha',), {'Alpha': 1.0},
     ),
+    'elu': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_ELU', ('InputTensor',), 'OutputTensor', ('Alpha',), {'Alpha': 1.0},
+    ),
+    'gelu': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_GELU', ('InputTensor',), 'OutputTensor', (), {},
+    ),
+    'hard_sigmoid': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_HARD_SIGMOID', ('InputTensor',), 'OutputTensor', ('Alpha', 'Beta'), {'Alpha': 0.2, 'Beta': 0.5},
+    ),
+    'hard_swish': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_HARD_SWISH', ('InputTensor',), 'OutputTensor', ('Alpha', 'Beta'), {'Alpha': 0.16666666666666666, 'Beta': 0.5},
+    ),
+    'hardmax': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_HARDMAX', ('InputTensor',), 'OutputTensor', (), {},
+    ),
+    'hardmax1': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_HARDMAX1', ('InputTensor',), 'OutputTensor', ('Axes',), {},
+    ),
+    'identity': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_IDENTITY', ('InputTensor',), 'OutputTensor', (), {},
+    ),
+    'leaky_relu': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_LEAKY_RELU', ('InputTensor',), 'OutputTensor', ('Alpha',), {'Alpha': 0.01},
+    ),
+    'linear': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_LINEAR', ('InputTensor',), 'OutputTensor', ('Alpha', 'Beta'), {'Alpha': 1.0, 'Beta': 0.0},
+    ),
+    'log_softmax': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_LOG_SOFTMAX', ('InputTensor',), 'OutputTensor', (), {},
+    ),
+    'log_softmax1': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_LOG_SOFTMAX1', ('InputTensor',), 'OutputTensor', ('Axes',), {},
+    ),
     'parameterized_relu': OperatorInfo(
         'DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU', ('InputTensor', 'SlopeTensor'), 'OutputTensor', (), {},
     ),
+    'parametric_softplus': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_PARAMETRIC_SOFTPLUS', ('InputTensor',), 'OutputTensor', ('Alpha', 'Beta'), {'Alpha': 1.0, 'Beta': 1.0},
+    ),
+    'relu': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_RELU', ('InputTensor',), 'OutputTensor', (), {},
+    ),
     'relu_grad': OperatorInfo(
         'DML_OPERATOR_ACTIVATION_RELU_GRAD', ('InputTensor', 'InputGradientTensor'), 'OutputGradientTensor', (), {},
+    ),
+    'scaled_elu': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_SCALED_ELU', ('InputTensor',), 'OutputTensor', ('Alpha', 'Gamma'), {'Alpha': 1.6732631921768188, 'Gamma': 1.0507010221481323},
     ),
     'scaled_tanh': OperatorInfo(
         'DML_OPERATOR_ACTIVATION_SCALED_TANH', ('InputTensor',), 'OutputTensor', ('Alpha', 'Beta'), {'Alpha': 1.0, 'Beta': 0.5},
@@ -41,8 +83,29 @@ OPERATORS: dict[str, OperatorInfo] = {
     'shrink': OperatorInfo(
         'DML_OPERATOR_ACTIVATION_SHRINK', ('InputTensor',), 'OutputTensor', ('Bias', 'Threshold'), {'Bias': 0.0, 'Threshold': 0.5},
     ),
+    'sigmoid': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_SIGMOID', ('InputTensor',), 'OutputTensor', (), {},
+    ),
+    'softmax': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_SOFTMAX', ('InputTensor',), 'OutputTensor', (), {},
+    ),
+    'softmax1': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_SOFTMAX1', ('InputTensor',), 'OutputTensor', ('Axes',), {},
+    ),
+    'softplus': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_SOFTPLUS', ('InputTensor',), 'OutputTensor', ('Steepness',), {'Steepness': 1.0},
+    ),
     'softsign': OperatorInfo(
         'DML_OPERATOR_ACTIVATION_SOFTSIGN', ('InputTensor',), 'OutputTensor', (), {},
+    ),
+    'swish': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_SWISH', ('InputTensor',), 'OutputTensor', ('SigmoidInputScale',), {'SigmoidInputScale': 1.0},
+    ),
+    'tanh': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_TANH', ('InputTensor',), 'OutputTensor', (), {},
+    ),
+    'thresholded_relu': OperatorInfo(
+        'DML_OPERATOR_ACTIVATION_THRESHOLDED_RELU', ('InputTensor',), 'OutputTensor', ('Alpha',), {'Alpha': 1.0},
     ),
 }
 #: The same, by descriptor Type.
@@ -76,6 +139,208 @@ class OperatorMethods(Generic[_R]):
         """
         return self.execute('DML_OPERATOR_ACTIVATION_CELU', x, params={'Alpha': alpha}, **options)
 
+    def elu(self, x: npt.ArrayLike, /, *, alpha: float = 1.0, **options: Any) -> _R:
+        """y = x if x >= 0, else Alpha * (exp(x) - 1)
+
+        DML_ACTIVATION_ELU_OPERATOR_DESC: x if x >= 0, else Alpha * (exp(x) - 1). ONNX Elu.
+
+        Type DML_OPERATOR_ACTIVATION_ELU.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            alpha: Alpha, default 1.0.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_ELU', x, params={'Alpha': alpha}, **options)
+
+    def gelu(self, x: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = 0.5 * x * (1 + erf(x / sqrt(2)))
+
+        DML_ACTIVATION_GELU_OPERATOR_DESC: 0.5 * x * (1 + erf(x / sqrt(2))). ONNX Gelu (approximate="none").
+
+        The exact erf form only (DirectML has no tanh approximation); GELU(-inf) is 0, the limit.
+
+        Type DML_OPERATOR_ACTIVATION_GELU.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_GELU', x, **options)
+
+    def hard_sigmoid(self, x: npt.ArrayLike, /, *, alpha: float = 0.2, beta: float = 0.5, **options: Any) -> _R:
+        """y = max(0, min(Alpha * x + Beta, 1))
+
+        DML_ACTIVATION_HARD_SIGMOID_OPERATOR_DESC: max(0, min(Alpha * x + Beta, 1)). ONNX HardSigmoid.
+
+        Type DML_OPERATOR_ACTIVATION_HARD_SIGMOID.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            alpha: Alpha, default 0.2.
+            beta: Beta, default 0.5.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_HARD_SIGMOID', x, params={'Alpha': alpha, 'Beta': beta}, **options)
+
+    def hard_swish(self, x: npt.ArrayLike, /, *, alpha: float = 0.16666666666666666, beta: float = 0.5, **options: Any) -> _R:
+        """y = x * max(0, min(Alpha * x + Beta, 1))
+
+        DML_ACTIVATION_HARD_SWISH_OPERATOR_DESC: x * max(0, min(Alpha * x + Beta, 1)). ONNX HardSwish.
+
+        The defaults are ONNX HardSwish's fixed alpha = 1/6 and beta = 0.5 (DirectML documents Alpha as
+        0.166667; 1/6 is the float32 nearest to one sixth). Where the clamp gives 0 the result is 0, also
+        for x = -inf (the limit; x * 0 would be NaN). Not in place: DirectMLSchema.h flags HARD_SWISH
+        without DML_SCHEMA_OPERATOR_SUPPORT_FLAG_IN_PLACE (its documentation page says in-place works).
+
+        Type DML_OPERATOR_ACTIVATION_HARD_SWISH.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            alpha: Alpha, default 0.16666666666666666.
+            beta: Beta, default 0.5.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_HARD_SWISH', x, params={'Alpha': alpha, 'Beta': beta}, **options)
+
+    def hardmax(self, x: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = 1 at the first maximum along the last dimension, else 0
+
+        DML_ACTIVATION_HARDMAX_OPERATOR_DESC: 1 at the first maximum along the last dimension of an input
+        of effective rank at most 2, 0 elsewhere; a row holding NaN gets its 1 at the first NaN (numpy's
+        argmax, as ONNX's reference Hardmax). ONNX Hardmax-1/11 (after coercion to 2-D).
+
+        Type DML_OPERATOR_ACTIVATION_HARDMAX.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_HARDMAX', x, **options)
+
+    def hardmax1(self, x: npt.ArrayLike, /, *, axes: Optional[Sequence[int]] = None, **options: Any) -> _R:
+        """y = 1 at the first maximum over Axes, else 0
+
+        DML_ACTIVATION_HARDMAX1_OPERATOR_DESC: 1 at the first maximum over Axes (the reduced axes flattened
+        in dimension order; the first NaN if there is one), 0 elsewhere: DirectML's ReduceArgMax
+        (increasing) compared with the coordinate. ONNX Hardmax-13 (Axes = {axis}).
+
+        Type DML_OPERATOR_ACTIVATION_HARDMAX1.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            axes: Axes, a sequence of int, the dimensions reduced jointly; default: the last one.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_HARDMAX1', x, params={'Axes': None if axes is None else [int(a) for a in axes]}, **options)
+
+    def identity(self, x: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = x
+
+        DML_ACTIVATION_IDENTITY_OPERATOR_DESC: x. ONNX Identity (on float tensors; the DirectML activation is float-only).
+
+        Type DML_OPERATOR_ACTIVATION_IDENTITY.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_IDENTITY', x, **options)
+
+    def leaky_relu(self, x: npt.ArrayLike, /, *, alpha: float = 0.01, **options: Any) -> _R:
+        """y = x if x >= 0, else Alpha * x
+
+        DML_ACTIVATION_LEAKY_RELU_OPERATOR_DESC: x if x >= 0, else Alpha * x. ONNX LeakyRelu.
+
+        Type DML_OPERATOR_ACTIVATION_LEAKY_RELU.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            alpha: Alpha, default 0.01.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_LEAKY_RELU', x, params={'Alpha': alpha}, **options)
+
+    def linear(self, x: npt.ArrayLike, /, *, alpha: float = 1.0, beta: float = 0.0, **options: Any) -> _R:
+        """y = Alpha * x + Beta
+
+        DML_ACTIVATION_LINEAR_OPERATOR_DESC: Alpha * x + Beta.
+
+        No current ONNX operator (the experimental Affine was removed before opset 10). DirectML documents
+        no defaults; vkact takes Affine's, Alpha = 1 and Beta = 0.
+
+        Type DML_OPERATOR_ACTIVATION_LINEAR.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            alpha: Alpha, default 1.0.
+            beta: Beta, default 0.0.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_LINEAR', x, params={'Alpha': alpha, 'Beta': beta}, **options)
+
+    def log_softmax(self, x: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = x - max - log(sum(exp(x - max))), along the last dimension
+
+        DML_ACTIVATION_LOG_SOFTMAX_OPERATOR_DESC: x - max - log(sum(exp(x - max))) along the last dimension
+        of an input of effective rank at most 2. ONNX LogSoftmax-1/11 (after coercion to 2-D).
+
+        Type DML_OPERATOR_ACTIVATION_LOG_SOFTMAX.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_LOG_SOFTMAX', x, **options)
+
+    def log_softmax1(self, x: npt.ArrayLike, /, *, axes: Optional[Sequence[int]] = None, **options: Any) -> _R:
+        """y = x - max - log(sum(exp(x - max))), over Axes
+
+        DML_ACTIVATION_LOG_SOFTMAX1_OPERATOR_DESC: x - max - log(sum(exp(x - max))), max and sum jointly
+        over Axes. ONNX LogSoftmax-13 (Axes = {axis}).
+
+        Type DML_OPERATOR_ACTIVATION_LOG_SOFTMAX1.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            axes: Axes, a sequence of int, the dimensions reduced jointly; default: the last one.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_LOG_SOFTMAX1', x, params={'Axes': None if axes is None else [int(a) for a in axes]}, **options)
+
     def parameterized_relu(self, x: npt.ArrayLike, slope: npt.ArrayLike, /, **options: Any) -> _R:
         """y = x if x >= 0; else SlopeTensor * x
 
@@ -97,6 +362,45 @@ class OperatorMethods(Generic[_R]):
         """
         return self.execute('DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU', x, slope, **options)
 
+    def parametric_softplus(self, x: npt.ArrayLike, /, *, alpha: float = 1.0, beta: float = 1.0, **options: Any) -> _R:
+        """y = Alpha * log(1 + exp(Beta * x))
+
+        DML_ACTIVATION_PARAMETRIC_SOFTPLUS_OPERATOR_DESC: Alpha * log(1 + exp(Beta * x)).
+
+        No current ONNX operator (the experimental ParametricSoftplus, which had no defaults, was removed
+        before opset 10). DirectML documents no defaults either; vkact takes Alpha = Beta = 1 (Softplus).
+
+        Type DML_OPERATOR_ACTIVATION_PARAMETRIC_SOFTPLUS.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            alpha: Alpha, default 1.0.
+            beta: Beta, default 1.0.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_PARAMETRIC_SOFTPLUS', x, params={'Alpha': alpha, 'Beta': beta}, **options)
+
+    def relu(self, x: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = max(0, x)
+
+        DML_ACTIVATION_RELU_OPERATOR_DESC: max(0, x). ONNX Relu; NaN stays NaN, as np.maximum(x, 0) has it.
+
+        FLOAT32 and FLOAT16 only so far: DirectML also accepts INT32, INT16 and INT8 from feature level 5_1.
+
+        Type DML_OPERATOR_ACTIVATION_RELU.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_RELU', x, **options)
+
     def relu_grad(self, x: npt.ArrayLike, input_gradient: npt.ArrayLike, /, **options: Any) -> _R:
         """y = InputGradientTensor if InputTensor > 0; else 0
 
@@ -114,6 +418,27 @@ class OperatorMethods(Generic[_R]):
             OutputGradientTensor as a numpy array (an awaitable of one on AsyncClient).
         """
         return self.execute('DML_OPERATOR_ACTIVATION_RELU_GRAD', x, input_gradient, **options)
+
+    def scaled_elu(self, x: npt.ArrayLike, /, *, alpha: float = 1.6732631921768188, gamma: float = 1.0507010221481323, **options: Any) -> _R:
+        """y = Gamma * x if x > 0, else Gamma * (Alpha * exp(x) - Alpha)
+
+        DML_ACTIVATION_SCALED_ELU_OPERATOR_DESC: Gamma * x if x > 0, else Gamma * (Alpha * exp(x) - Alpha). ONNX Selu.
+
+        The defaults are ONNX Selu's (and DirectMLX's) float32 constants; the documentation rounds them
+        to 1.6732 and 1.0507.
+
+        Type DML_OPERATOR_ACTIVATION_SCALED_ELU.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            alpha: Alpha, default 1.6732631921768188.
+            gamma: Gamma, default 1.0507010221481323.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_SCALED_ELU', x, params={'Alpha': alpha, 'Gamma': gamma}, **options)
 
     def scaled_tanh(self, x: npt.ArrayLike, /, *, alpha: float = 1.0, beta: float = 0.5, **options: Any) -> _R:
         """y = Alpha * tanh(Beta * x)
@@ -148,8 +473,9 @@ class OperatorMethods(Generic[_R]):
         Integer tensors (DirectML from 5_1: INT8/16/32, UINT8/16/32): x is compared with Threshold exactly,
         x -/+ Bias is computed exactly, truncated toward zero and wrapped to the type (modulo 2^bits, two's
         complement), as ONNX's reference gives when it casts its float64 result back (uint8 3 - 5.5 = -2.5
-        -> -2 -> 254). The reference rounds x -/+ Bias to float64 before truncating; vkact does not, which
-        differs only when Bias has a fractional part below 2^-20 of x. INT64, UINT64 and FLOAT64, which ONNX
+        -> -2 -> 254). ONNX's reference rounds x -/+ Bias to float64 before truncating, and ONNX Runtime to
+        float32; vkact does not round, which differs from them only when Bias has a fractional part below
+        about 2^-20 of x (x - 2^-52 is x - 1 here, x there). INT64, UINT64 and FLOAT64, which ONNX
         also allows, are accepted but have no kernel (see NO_KERNEL): a request gets a 422.
 
         Type DML_OPERATOR_ACTIVATION_SHRINK.
@@ -164,6 +490,77 @@ class OperatorMethods(Generic[_R]):
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
         """
         return self.execute('DML_OPERATOR_ACTIVATION_SHRINK', x, params={'Bias': bias, 'Threshold': threshold}, **options)
+
+    def sigmoid(self, x: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = 1 / (1 + exp(-x))
+
+        DML_ACTIVATION_SIGMOID_OPERATOR_DESC: 1 / (1 + exp(-x)). ONNX Sigmoid.
+
+        Type DML_OPERATOR_ACTIVATION_SIGMOID.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_SIGMOID', x, **options)
+
+    def softmax(self, x: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = exp(x - max) / sum(exp(x - max)), along the last dimension
+
+        DML_ACTIVATION_SOFTMAX_OPERATOR_DESC: exp(x - max) / sum(exp(x - max)) along the last dimension of
+        an input of effective rank at most 2. ONNX Softmax-1/11 (after coercion to 2-D).
+
+        Type DML_OPERATOR_ACTIVATION_SOFTMAX.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_SOFTMAX', x, **options)
+
+    def softmax1(self, x: npt.ArrayLike, /, *, axes: Optional[Sequence[int]] = None, **options: Any) -> _R:
+        """y = exp(x - max) / sum(exp(x - max)), over Axes
+
+        DML_ACTIVATION_SOFTMAX1_OPERATOR_DESC: exp(x - max) / sum(exp(x - max)), max and sum jointly over
+        Axes. ONNX Softmax-13 (Axes = {axis}).
+
+        Type DML_OPERATOR_ACTIVATION_SOFTMAX1.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            axes: Axes, a sequence of int, the dimensions reduced jointly; default: the last one.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_SOFTMAX1', x, params={'Axes': None if axes is None else [int(a) for a in axes]}, **options)
+
+    def softplus(self, x: npt.ArrayLike, /, *, steepness: float = 1.0, **options: Any) -> _R:
+        """y = log(1 + exp(Steepness * x)) / Steepness
+
+        DML_ACTIVATION_SOFTPLUS_OPERATOR_DESC: log(1 + exp(Steepness * x)) / Steepness. ONNX Softplus (Steepness 1).
+
+        Steepness must not be 0 (the formula divides by it); below DML_FEATURE_LEVEL_6_4 DirectML also
+        requires Steepness >= 1, which a request that pins an older FeatureLevel gets.
+
+        Type DML_OPERATOR_ACTIVATION_SOFTPLUS.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            steepness: Steepness, default 1.0.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_SOFTPLUS', x, params={'Steepness': steepness}, **options)
 
     def softsign(self, x: npt.ArrayLike, /, **options: Any) -> _R:
         """y = x / (1 + |x|)
@@ -180,3 +577,59 @@ class OperatorMethods(Generic[_R]):
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
         """
         return self.execute('DML_OPERATOR_ACTIVATION_SOFTSIGN', x, **options)
+
+    def swish(self, x: npt.ArrayLike, /, *, sigmoid_input_scale: float = 1.0, **options: Any) -> _R:
+        """y = x * sigmoid(SigmoidInputScale * x)
+
+        DML_ACTIVATION_SWISH_OPERATOR_DESC: x * sigmoid(SigmoidInputScale * x). ONNX Swish (alpha = SigmoidInputScale).
+
+        Where sigmoid(SigmoidInputScale * x) is 0 the result is 0, also for an infinite x (the limit;
+        x * 0 would be NaN). Not in place: DirectMLSchema.h flags SWISH without
+        DML_SCHEMA_OPERATOR_SUPPORT_FLAG_IN_PLACE (its documentation page says in-place works).
+
+        Type DML_OPERATOR_ACTIVATION_SWISH.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            sigmoid_input_scale: SigmoidInputScale, default 1.0.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_SWISH', x, params={'SigmoidInputScale': sigmoid_input_scale}, **options)
+
+    def tanh(self, x: npt.ArrayLike, /, **options: Any) -> _R:
+        """y = tanh(x)
+
+        DML_ACTIVATION_TANH_OPERATOR_DESC: tanh(x). ONNX Tanh.
+
+        Type DML_OPERATOR_ACTIVATION_TANH.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_TANH', x, **options)
+
+    def thresholded_relu(self, x: npt.ArrayLike, /, *, alpha: float = 1.0, **options: Any) -> _R:
+        """y = x if x > Alpha, else 0
+
+        DML_ACTIVATION_THRESHOLDED_RELU_OPERATOR_DESC: x if x > Alpha, else 0. ONNX ThresholdedRelu.
+
+        NaN gives 0 (the comparison is false), as in ONNX's reference, np.where(x > alpha, x, 0).
+
+        Type DML_OPERATOR_ACTIVATION_THRESHOLDED_RELU.
+
+        Args:
+            x: InputTensor (numpy array or array-like).
+            alpha: Alpha, default 1.0.
+            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+
+        Returns:
+            OutputTensor as a numpy array (an awaitable of one on AsyncClient).
+        """
+        return self.execute('DML_OPERATOR_ACTIVATION_THRESHOLDED_RELU', x, params={'Alpha': alpha}, **options)

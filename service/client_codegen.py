@@ -46,7 +46,7 @@ class OperatorInfo(NamedTuple):
     type: str                  # the descriptor's Type (DML_OPERATOR_*)
     inputs: tuple[str, ...]    # input tensor fields, in DirectML order
     output: str                # output tensor field
-    params: tuple[str, ...]    # scalar fields, in DirectML order
+    params: tuple[str, ...]    # parameter fields (scalars; arrays such as Axes), in DirectML order
     defaults: dict[str, float]  # DirectML's defaults of those that have one
 
 '''
@@ -65,11 +65,16 @@ def _free(name: str, taken: set[str]) -> str:
 
 
 def argument_names(op: type[OperatorDesc]) -> tuple[list[str], list[str]]:
-    """Python names for the input tensors (the first is ``x``) and for the scalar fields."""
+    """Python names for the input tensors (the first is ``x``) and for the parameter fields."""
     taken = {"self", "options"}
     inputs = [_free("x" if i == 0 else snake(field.removesuffix("Tensor")), taken) for i, field in enumerate(op.input_fields)]
-    params = [_free(snake(field), taken) for field in op.scalar_fields()]
+    params = [_free(snake(field), taken) for field in op.param_fields()]
     return inputs, params
+
+
+def _is_array(op: type[OperatorDesc], field: str) -> bool:
+    """A UINT array field (Axes): a sequence of ints in Python, a JSON list on the wire."""
+    return field not in op.scalar_fields()
 
 
 def struct_name(type_name: str) -> str:
@@ -90,8 +95,14 @@ def _docstring(op: type[OperatorDesc], inputs: list[str], params: list[str], ind
     # The model docstrings name their struct (a project rule); say it here only if one does not.
     lines += [f"Type {op.type_name()}." if struct in doc else f"DirectML: {struct}, Type {op.type_name()}.", "", "Args:"]
     lines += [f"    {name}: {field} (numpy array or array-like)." for name, field in zip(inputs, op.input_fields)]
-    for name, field in zip(params, op.scalar_fields()):
-        lines.append(f"    {name}: {field}" + (f", default {defaults[field]!r}." if field in defaults else " (required)."))
+    fields = op.model_fields
+    for name, field in zip(params, op.param_fields()):
+        if _is_array(op, field):
+            info = fields[field]
+            about = f", {info.description}" if info.description else ""
+            lines.append(f"    {name}: {field}, a sequence of int{about}" + ("." if not info.is_required() else " (required)."))
+        else:
+            lines.append(f"    {name}: {field}" + (f", default {defaults[field]!r}." if field in defaults else " (required)."))
     lines += [
         "    **options: in_place, feature_level, encoding, output_strides; see ``execute``.",
         "",
@@ -109,11 +120,20 @@ def _method(op: type[OperatorDesc]) -> list[str]:
     inputs, params = argument_names(op)
     defaults = _defaults(op)
     args = [f"{n}: npt.ArrayLike" for n in inputs]
-    kwargs = [f"{n}: float" + (f" = {defaults[f]!r}" if f in defaults else "") for n, f in zip(params, op.scalar_fields())]
+    kwargs, values = [], []
+    for n, f in zip(params, op.param_fields()):
+        if _is_array(op, f):
+            # Optional: None sends null, which the service replaces by the field's default
+            required = op.model_fields[f].is_required()
+            kwargs.append(f"{n}: Sequence[int]" if required else f"{n}: Optional[Sequence[int]] = None")
+            values.append(f"[int(a) for a in {n}]" if required else f"None if {n} is None else [int(a) for a in {n}]")
+        else:
+            kwargs.append(f"{n}: float" + (f" = {defaults[f]!r}" if f in defaults else ""))
+            values.append(n)
     signature = ", ".join(["self", *args, "/", *(["*", *kwargs] if kwargs else []), "**options: Any"])
     call = ", ".join([repr(op.type_name()), *inputs])
     if params:
-        call += ", params={" + ", ".join(f"{f!r}: {n}" for n, f in zip(params, op.scalar_fields())) + "}"
+        call += ", params={" + ", ".join(f"{f!r}: {v}" for v, f in zip(values, op.param_fields())) + "}"
     return [
         f"    def {name}({signature}) -> _R:",
         *_docstring(op, inputs, params, " " * 8),
@@ -126,7 +146,7 @@ def render(operators: Iterable[type[OperatorDesc]] = OPERATORS.values()) -> str:
     ops = sorted(operators, key=short_name)
     out = [_HEADER.rstrip("\n"), "", "", "OPERATORS: dict[str, OperatorInfo] = {"]
     for op in ops:
-        info = (op.type_name(), tuple(op.input_fields), op.output_field, tuple(op.scalar_fields()), _defaults(op))
+        info = (op.type_name(), tuple(op.input_fields), op.output_field, tuple(op.param_fields()), _defaults(op))
         out += [f"    {short_name(op)!r}: OperatorInfo(", f"        {', '.join(map(repr, info))},", "    ),"]
     out += [
         "}",

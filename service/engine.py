@@ -8,9 +8,15 @@ buffers live in slots of a few capacity buckets, each kernel variant gets one Al
 call changes only the push constants (element count, parameters); the kernels' grid-stride loops make
 a fixed workgroup count serve any count up to the capacity. Slots are evicted least recently used once
 the pool outgrows ``Settings.pool_bytes``.
+
+Two kernel contracts (``OperatorDesc.kind``): elementwise kernels walk a coalesced ``Layout``;
+reductions (the softmax family, glsl/common/reduction.glsl) walk a ``RowLayout``: rows of reduced
+elements, with the lanes per row and the workgroup count chosen per call (``_row_split``), since a
+CPU driver pays for every empty workgroup; their Algorithms are cached per workgroup count too.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -23,15 +29,36 @@ import numpy as np
 
 from .buckets import bucket
 from .config import Settings
-from .errors import InvalidRequest
-from .layout import Layout, coalesce
+from .descriptors import packed_strides
+from .errors import InvalidRequest, UnsupportedOnDevice
+from .layout import Layout, RowLayout, coalesce, row_layout
 from .operators import OperatorDesc
+from .operators.reduction import ReductionDesc
 from .shaders import ShaderCompiler, Variant, all_variants
 from .vulkan_probe import PhysicalDevice, choose, physical_devices
 
 UNIT_BYTES = 16          # the packed kernels move one 16-byte vector per invocation and step
 PUSH_WORDS = 8           # count, rank, six parameters (the shaders' Push block)
 META_WORDS = 8 * 4       # sizes + up to three tensors' strides (MAX_DIMS words each)
+# Reductions on a GPU give rows at least this long a whole workgroup (one subgroup per row leaves too
+# few warps in flight for a few long rows); a CPU driver never does: lavapipe runs a barrier as a
+# coroutine switch of every SIMD batch of the workgroup (measured: 0.02 of the copy ceiling on 1,024-
+# element rows against 0.6 with one subgroup per row).
+WORKGROUP_ROW_LEN = 4096
+# A CPU driver runs workgroups on its threads (one per core), each workgroup's subgroups one after the
+# other, and pays for each workgroup's set-up (about 5 us on lavapipe, empty or not): reductions get at
+# most this many workgroups per core there, the grid-stride loop the rest (16,384 rows of 1,024: 0.39
+# of the copy ceiling at 8 groups against 0.35 at 512).
+CPU_GROUPS_PER_CORE = 4
+# On a CPU, rows at least this long get a whole workgroup each when a subgroup per row would leave
+# cores idle (fewer workgroups than cores): one barrier per row is then cheap.
+CPU_WORKGROUP_ROW_LEN = 1 << 18
+# llvmpipe (lavapipe) ends every loop of a shader invocation once its loops have run 65535 iterations
+# in all (LP_MAX_TGSI_LOOP_ITERATIONS), silently. The reduction kernels' loops take REDUCTION_UNROLL
+# units per iteration (glsl/common/reduction.glsl: UNROLL); the grid is sized so that no invocation
+# runs more than LOOP_BUDGET iterations.
+LOOP_BUDGET = 32768
+REDUCTION_UNROLL = 4
 
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuffer reads
 
@@ -80,6 +107,9 @@ class Engine:
         # 64); a GPU wants one unit per invocation and as many groups as that takes.
         self.units_per_invocation = 4 if self.device.is_cpu else 1
         self.max_workgroups = min(settings.max_workgroups or self.max_workgroup_count, self.max_workgroup_count)
+        self.max_reduction_workgroups = (
+            min(self.max_workgroups, CPU_GROUPS_PER_CORE * (os.cpu_count() or 1)) if self.device.is_cpu else self.max_workgroups
+        )
         # A binding may not exceed maxStorageBufferRange; the packed kernels read whole 16-byte
         # vectors, so a tensor leaves one vector of slack below it.
         self._max_binding = self.device.max_storage_buffer_range // UNIT_BYTES * UNIT_BYTES
@@ -87,7 +117,7 @@ class Engine:
         self._compiler = ShaderCompiler(settings)
         self._spirv: dict[Variant, bytes] = {}
         self._slots: OrderedDict[int, _Slot] = OrderedDict()
-        self._algorithms: dict[tuple[Variant, int, bool], kp.Algorithm] = {}
+        self._algorithms: dict[tuple, kp.Algorithm] = {}  # (variant, capacity, in_place[, groups])
         self._pool_bytes = 0
         self._seq = self._mgr.sequence()
         self.stats = EngineStats()
@@ -134,24 +164,30 @@ class Engine:
             result[:] = arrays[0][: result.nbytes] if in_place else 0
             return result
 
-        layout = coalesce((*descs, outd))
-        variant = Variant(op.shader, op.data_type.info.shader or "", layout.kind, len(descs))
+        groups: int | None = None  # elementwise: the slot's fixed count (see _algorithm)
+        if isinstance(op, ReductionDesc):
+            variant, push, meta, clear, groups = self._reduction(op)
+        else:
+            layout = coalesce((*descs, outd))
+            variant = Variant(op.shader, op.data_type.info.shader or "", layout.kind, len(descs))
+            push = _words([layout.count, len(layout.sizes), *op.shader_params()])
+            meta = None if layout.packed else layout.meta_words()
+            clear = not layout.packed
         slot = self._slot(min(bucket(max(d.total_bytes for d in (*descs, outd)) + UNIT_BYTES), self._max_binding))
-        algorithm = self._algorithm(variant, slot, in_place, op.data_type.info.size)
+        algorithm = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
 
         names = [f"in{i}" for i in range(len(descs))]
         out_name = "in0" if in_place else "out"
         for name, data in zip(names, arrays):
             slot.views[name][: data.nbytes] = data
-        if not in_place and not layout.packed:
+        clear = clear and not in_place
+        if clear:
             slot.views["out"][: outd.total_bytes] = 0  # gaps between strided elements must not leak old data
-        push = _words([layout.count, len(layout.sizes), *op.shader_params()])
-        if not layout.packed:
-            words = layout.meta_words()
-            slot.views["meta"].view(np.uint32)[: len(words)] = words
+        if meta is not None:
+            slot.views["meta"].view(np.uint32)[: len(meta)] = meta
 
-        uploads = [slot.tensors[n] for n in names] + ([] if layout.packed else [slot.tensors["meta"]])
-        if not in_place and not layout.packed:
+        uploads = [slot.tensors[n] for n in names] + ([] if meta is None else [slot.tensors["meta"]])
+        if clear:
             uploads.append(slot.tensors["out"])
         started = time.perf_counter()
         self._run(algorithm, push, uploads, slot.tensors[out_name])
@@ -168,6 +204,68 @@ class Engine:
         self.stats.bytes_in += sum(a.nbytes for a in arrays)
         self.stats.bytes_out += result.nbytes
         return result
+
+    def _reduction(self, op: ReductionDesc) -> tuple[Variant, np.ndarray, list[int] | None, bool, int]:
+        """A reduction's variant, push constants, meta table (strided layouts), whether the output
+        must be cleared first (it has gaps), and workgroup count."""
+        if not self.device.subgroup_reductions:
+            raise UnsupportedOnDevice(f"{op.type_name()} needs subgroup shuffles in compute shaders; {self.device.name} lacks them", "Type")
+        rl = row_layout((*op.inputs, op.output), op.reduced_axes())
+        variant = Variant(op.shader, op.data_type.info.shader or "", rl.kind, len(op.inputs), op.kind)
+        cluster, groups = self._row_split(rl, op.data_type.info.size)
+        push = _words([rl.rows, rl.row_len, cluster, rl.row_stride, len(rl.outer), len(rl.inner)])
+        clear = op.output.strides != packed_strides(op.output.Sizes)
+        return variant, push, None if rl.packed else rl.meta_words(), clear, groups
+
+    def _row_split(self, rl: RowLayout, itemsize: int) -> tuple[int, int]:
+        """(lanes per row, workgroups) of a reduction. Lanes per row is a power of two up to the
+        subgroup size, about two loads (16-byte units when packed) per lane, or 1 when neighbouring
+        rows are neighbours in memory; 0 is a whole workgroup per row (long rows on a GPU, or on a
+        CPU long rows too few to keep every core busy). The workgroups cover the rows once, rounded up
+        to three significant bits (so that few pipelines serve all row counts) and capped by
+        ``max_workgroups`` (fewer on a CPU); the kernel's grid-stride loop does the rest. On llvmpipe
+        every invocation stays within LOOP_BUDGET loop iterations; a row too long for that is refused."""
+        subgroup, local = self.device.subgroup_size, self.settings.local_size
+        per_item = UNIT_BYTES // itemsize if rl.packed else 1        # elements per loop step
+        items = -(-rl.row_len // per_item)
+        loose = 2 * (per_item - 1) if rl.packed else 0                # elements before and after the units
+
+        inner_index = len(rl.inner) + 1 if len(rl.inner) > 1 else 0   # strided index loops, per element
+        outer_index = len(rl.outer) + 1                                  # and per row
+
+        def iterations(lanes: int) -> int:
+            """Loop iterations of one invocation per row: two sweeps (each with its remainder, loose
+            elements, exits and the strided index loops), the butterfly, the workgroup's fold."""
+            mine = -(-items // lanes)
+            sweep = -(-mine // REDUCTION_UNROLL) + REDUCTION_UNROLL + -(-loose // lanes) + 3
+            sweep += mine * inner_index + outer_index if not rl.packed else 0
+            fold = -(-local // max(subgroup, 1)) if lanes == local else 0
+            return 2 * sweep + 8 + fold
+
+        if rl.rows_contiguous and rl.rows >= 8 * subgroup:
+            cluster = 1
+        else:
+            cluster = min(1 << (-(-items // 2) - 1).bit_length(), subgroup)
+        budget = LOOP_BUDGET if self.device.driver_name == "llvmpipe" else None
+        if self.device.is_cpu:
+            idle = -(-rl.rows // (local // cluster)) < (os.cpu_count() or 1)
+            whole = (budget is not None and iterations(cluster) > budget // 2) or (idle and rl.row_len >= CPU_WORKGROUP_ROW_LEN)
+        else:
+            whole = rl.row_len >= WORKGROUP_ROW_LEN
+        lanes = local if whole else cluster
+        groups = -(-rl.rows // (local // lanes))
+        step = 1 << max(groups.bit_length() - 3, 0)
+        groups = min(-(-groups // step) * step, self.max_reduction_workgroups)
+        if budget is not None:
+            per_row = iterations(lanes)
+            rows_per_invocation = budget // per_row
+            needed = -(-rl.rows // (rows_per_invocation * (local // lanes))) if rows_per_invocation else 0
+            if not rows_per_invocation or needed > self.max_workgroups:
+                raise UnsupportedOnDevice(
+                    f"rows of {rl.row_len} elements, {rl.rows} of them, are beyond what {self.device.driver_name} "
+                    f"runs in one dispatch (its loops stop after 65535 iterations per invocation)", "InputTensor.Sizes")
+            groups = max(groups, needed)
+        return (0 if whole else cluster), max(1, groups)
 
     def _run(self, algorithm: kp.Algorithm, push: np.ndarray, uploads: list[kp.Tensor], output: kp.Tensor) -> None:
         seq = self._seq
@@ -223,8 +321,10 @@ class Engine:
             tensor.destroy()
         self.stats.slots_evicted += 1
 
-    def _algorithm(self, variant: Variant, slot: _Slot, in_place: bool, itemsize: int) -> kp.Algorithm:
-        key = (variant, slot.capacity, in_place)
+    def _algorithm(self, variant: Variant, slot: _Slot, in_place: bool, itemsize: int, groups: int | None = None) -> kp.Algorithm:
+        """The pipeline of ``variant`` on ``slot``'s buffers. Elementwise kernels (groups None) get the
+        workgroup count that covers the slot; reductions say theirs, which is part of the key."""
+        key = (variant, slot.capacity, in_place) if groups is None else (variant, slot.capacity, in_place, groups)
         algorithm = self._algorithms.get(key)
         if algorithm is not None:
             return algorithm
@@ -235,11 +335,12 @@ class Engine:
         if variant.layout == "STRIDED":
             names.append("meta")
         tensors = [self._tensor(slot, n) for n in names]
-        if variant.layout == "PACKED":
-            units = slot.capacity // UNIT_BYTES
-        else:
-            units = slot.capacity // itemsize  # one element per invocation and step
-        groups = max(1, min(-(-units // (self.settings.local_size * self.units_per_invocation)), self.max_workgroups))
+        if groups is None:  # elementwise: enough groups to cover the slot
+            if variant.layout == "PACKED":
+                units = slot.capacity // UNIT_BYTES
+            else:
+                units = slot.capacity // itemsize  # one element per invocation and step
+            groups = max(1, min(-(-units // (self.settings.local_size * self.units_per_invocation)), self.max_workgroups))
         spec = np.array([self.settings.local_size], np.uint32)
         algorithm = self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, _words([]))
         self._algorithms[key] = algorithm

@@ -1,8 +1,9 @@
 """GLSL to SPIR-V: every kernel variant is compiled by glslang once, into a content-hashed cache.
 
-A variant is (shader, data type, layout). The cache key covers the shader, every shared include, the
-defines, so an edited shader is recompiled and an unchanged one never is (the compiler version is left
-out: an image without glslang still finds the SPIR-V that its build stage compiled).
+A variant is (shader, data type, layout); its kind says which kernel contract it follows (elementwise
+or reduction: how the engine dispatches it). The cache key covers the shader, every shared include,
+the defines, so an edited shader is recompiled and an unchanged one never is (the compiler version is
+left out: an image without glslang still finds the SPIR-V that its build stage compiled).
 ``python -m service.shaders`` compiles them all (the build step and the container image use it); a
 shader that does not compile raises ShaderCompileError with glslang's message.
 """
@@ -29,6 +30,7 @@ class Variant:
     dtype: str           # DataTypeInfo.shader, e.g. "F32"
     layout: str          # PACKED or STRIDED
     inputs: int = 1
+    kind: str = "elementwise"   # OperatorDesc.kind: "elementwise" or "reduction" (the kernels' contract)
 
     @property
     def defines(self) -> tuple[str, ...]:
@@ -88,8 +90,8 @@ def all_variants() -> list[Variant]:
     variants = []
     for op in OPERATORS.values():
         dtypes = sorted({t.info.shader for step in op.support.steps for t in step.data_types if t.info.shader})
-        variants += [Variant(op.shader, d, layout, len(op.input_fields)) for d in dtypes for layout in LAYOUTS]
-    return variants
+        variants += [Variant(op.shader, d, layout, len(op.input_fields), op.kind) for d in dtypes for layout in LAYOUTS]
+    return list(dict.fromkeys(variants))  # operators may share a shader (SOFTMAX and SOFTMAX1)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ _STYPE_APPLICATION_INFO = 0
 _STYPE_INSTANCE_CREATE_INFO = 1
 _STYPE_PHYSICAL_DEVICE_PROPERTIES_2 = 1000059001
 _STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES = 1000196000
+_STYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES = 1000094000
 _API_1_1 = (1 << 22) | (1 << 12)
 
 # Offsets in VkPhysicalDeviceProperties (Vulkan 1.x, stable ABI); VkPhysicalDeviceLimits starts at 296.
@@ -44,6 +45,17 @@ class _DriverProps(ctypes.Structure):
                 ("conformanceVersion", ctypes.c_uint8 * 4)]
 
 
+class _SubgroupProps(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("subgroupSize", ctypes.c_uint32),
+                ("supportedStages", ctypes.c_uint32), ("supportedOperations", ctypes.c_uint32),
+                ("quadOperationsInAllStages", ctypes.c_uint32)]
+
+
+#: VkSubgroupFeatureFlagBits that the reduction kernels use (basic, shuffle), in the compute stage.
+SUBGROUP_BASIC, SUBGROUP_SHUFFLE = 0x1, 0x10
+_STAGE_COMPUTE = 0x20
+
+
 class _Props2(ctypes.Structure):
     _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("properties", ctypes.c_uint8 * 1024)]
 
@@ -61,10 +73,18 @@ class PhysicalDevice:
     max_storage_buffer_range: int
     max_push_constants_size: int
     max_memory_allocation_count: int
+    subgroup_size: int = 0             # VkPhysicalDeviceSubgroupProperties (Vulkan 1.1); 0 if unknown
+    subgroup_operations: int = 0       # its supportedOperations, if the compute stage supports subgroups
 
     @property
     def is_cpu(self) -> bool:
         return self.type == "cpu"
+
+    @property
+    def subgroup_reductions(self) -> bool:
+        """Compute shaders may use the subgroup operations of the reduction kernels (shuffles)."""
+        wanted = SUBGROUP_BASIC | SUBGROUP_SHUFFLE
+        return self.subgroup_size > 0 and self.subgroup_operations & wanted == wanted
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +117,8 @@ def physical_devices() -> list[PhysicalDevice]:
 
 
 def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
-    driver = _DriverProps(_STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, None)
+    subgroup = _SubgroupProps(_STYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, None)
+    driver = _DriverProps(_STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, ctypes.cast(ctypes.pointer(subgroup), ctypes.c_void_p))
     props = _Props2(_STYPE_PHYSICAL_DEVICE_PROPERTIES_2, ctypes.cast(ctypes.pointer(driver), ctypes.c_void_p))
     vk.vkGetPhysicalDeviceProperties2(ctypes.c_void_p(handle), ctypes.byref(props))
     raw = bytes(props.properties)
@@ -117,6 +138,8 @@ def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
         max_storage_buffer_range=u32(_MAX_STORAGE_BUFFER_RANGE),
         max_push_constants_size=u32(_MAX_PUSH_CONSTANTS_SIZE),
         max_memory_allocation_count=u32(_MAX_MEMORY_ALLOCATION_COUNT),
+        subgroup_size=subgroup.subgroupSize,
+        subgroup_operations=subgroup.supportedOperations if subgroup.supportedStages & _STAGE_COMPUTE else 0,
     )
 
 

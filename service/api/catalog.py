@@ -8,11 +8,16 @@ from ..operators import OPERATORS, OperatorDesc, short_name
 
 
 def operator_entry(op: type[OperatorDesc]) -> dict[str, Any]:
-    fields = [
-        {"name": name, "type": "float", "default": f.default}
-        for name, f in op.model_fields.items()
-        if name in op.scalar_fields()
-    ]
+    fields = []
+    for name, f in op.model_fields.items():   # DirectML's field order
+        if name not in op.param_fields() and name not in op.length_fields:
+            continue
+        if name in op.scalar_fields():
+            fields.append({"name": name, "type": "float", "default": f.default})
+        elif name in op.length_fields:   # AxisCount: the length of its array, which fills it in
+            fields.append({"name": name, "type": "uint", "default": None})
+        else:                            # Axes
+            fields.append({"name": name, "type": "uint[]", "default": f.default, "description": f.description})
     return {
         "type": op.type_name(),
         "name": short_name(op),
@@ -23,6 +28,7 @@ def operator_entry(op: type[OperatorDesc]) -> dict[str, Any]:
         "fields": fields,
         "introduced": op.support.introduced.value,
         "in_place": op.in_place,
+        "kind": op.kind,
         "support": [
             {
                 "feature_level": step.level.value,

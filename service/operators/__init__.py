@@ -10,21 +10,60 @@ from ..errors import DescriptorError
 
 from .base import ActivationDesc, OperatorDesc
 from .celu import Celu
+from .elu import Elu
+from .gelu import Gelu
+from .hard_sigmoid import HardSigmoid
+from .hard_swish import HardSwish
+from .hardmax import Hardmax, Hardmax1
+from .identity import Identity
+from .leaky_relu import LeakyRelu
+from .linear import Linear
+from .log_softmax import LogSoftmax, LogSoftmax1
 from .parameterized_relu import ParameterizedRelu
+from .parametric_softplus import ParametricSoftplus
+from .relu import Relu
 from .relu_grad import ReluGrad
+from .scaled_elu import ScaledElu
 from .scaled_tanh import ScaledTanh
 from .shrink import Shrink
+from .sigmoid import Sigmoid
+from .softmax import Softmax, Softmax1
+from .softplus import Softplus
 from .softsign import Softsign
+from .swish import Swish
+from .tanh import Tanh
+from .thresholded_relu import ThresholdedRelu
 
 OPERATORS: dict[str, type[OperatorDesc]] = {
     op.type_name(): op
     for op in (
         Celu,
+        Elu,
+        Gelu,
+        HardSigmoid,
+        HardSwish,
+        Hardmax,
+        Hardmax1,
+        Identity,
+        LeakyRelu,
+        Linear,
+        LogSoftmax,
+        LogSoftmax1,
         ParameterizedRelu,
+        ParametricSoftplus,
+        Relu,
         ReluGrad,
+        ScaledElu,
         ScaledTanh,
         Shrink,
+        Sigmoid,
+        Softmax,
+        Softmax1,
+        Softplus,
         Softsign,
+        Swish,
+        Tanh,
+        ThresholdedRelu,
     )
 }
 

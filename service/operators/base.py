@@ -26,11 +26,13 @@ class OperatorDesc(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     shader: ClassVar[str]                  # glsl/<shader>.comp
+    kind: ClassVar[str] = "elementwise"    # the kernel contract: "elementwise" or "reduction" (see engine)
     support: ClassVar[TensorSupport]       # dimension counts and data types per feature level
     in_place: ClassVar[bool] = True        # DirectML's DML_SCHEMA_OPERATOR_SUPPORT_FLAG_IN_PLACE
     input_fields: ClassVar[tuple[str, ...]] = ("InputTensor",)
     output_field: ClassVar[str] = "OutputTensor"
     formula_text: ClassVar[str] = ""
+    length_fields: ClassVar[tuple[str, ...]] = ()  # UINT counts of an array field (AxisCount): implied by it
 
     @classmethod
     def type_name(cls) -> str:
@@ -39,6 +41,13 @@ class OperatorDesc(BaseModel):
     @classmethod
     def scalar_fields(cls) -> tuple[str, ...]:
         return tuple(name for name, f in cls.model_fields.items() if f.annotation is float)
+
+    @classmethod
+    def param_fields(cls) -> tuple[str, ...]:
+        """The fields a caller sets besides the tensors, in DirectML order: scalars, and arrays such as
+        Axes; the count fields that only give an array's length (AxisCount) are left out."""
+        tensors = {*cls.input_fields, cls.output_field, "Type", *cls.length_fields}
+        return tuple(name for name in cls.model_fields if name not in tensors)
 
     @property
     def inputs(self) -> tuple[TensorDesc, ...]:

@@ -5,6 +5,7 @@ from pydantic import field_validator
 
 from ..descriptors.feature_levels import FeatureLevel, modern_float
 from .base import ActivationDesc, Scalar
+from .numerics import f32, split
 
 
 class Celu(ActivationDesc):
@@ -25,7 +26,8 @@ class Celu(ActivationDesc):
         return alpha
 
     def shader_params(self) -> tuple[float, ...]:
-        return (self.Alpha, 1.0 / self.Alpha)
+        alpha = f32(self.Alpha)
+        return (alpha, 1.0 / alpha, *split(alpha))
 
     def formula(self, x: np.ndarray) -> np.ndarray:
         return np.maximum(0.0, x) + np.minimum(0.0, self.Alpha * np.expm1(x / self.Alpha))

@@ -1,4 +1,5 @@
 import math
+from fractions import Fraction
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -6,6 +7,7 @@ import numpy as np
 from ..descriptors import DataType
 from ..descriptors.feature_levels import INTEGERS_SIGNED, INTEGERS_UNSIGNED, FeatureLevel, legacy_float, with_types
 from .base import ActivationDesc, Scalar
+from .numerics import f32
 
 
 class Shrink(ActivationDesc):
@@ -18,8 +20,9 @@ class Shrink(ActivationDesc):
     Integer tensors (DirectML from 5_1: INT8/16/32, UINT8/16/32): x is compared with Threshold exactly,
     x -/+ Bias is computed exactly, truncated toward zero and wrapped to the type (modulo 2^bits, two's
     complement), as ONNX's reference gives when it casts its float64 result back (uint8 3 - 5.5 = -2.5
-    -> -2 -> 254). The reference rounds x -/+ Bias to float64 before truncating; vkact does not, which
-    differs only when Bias has a fractional part below 2^-20 of x. INT64, UINT64 and FLOAT64, which ONNX
+    -> -2 -> 254). ONNX's reference rounds x -/+ Bias to float64 before truncating, and ONNX Runtime to
+    float32; vkact does not round, which differs from them only when Bias has a fractional part below
+    about 2^-20 of x (x - 2^-52 is x - 1 here, x there). INT64, UINT64 and FLOAT64, which ONNX
     also allows, are accepted but have no kernel (see NO_KERNEL): a request gets a 422.
     """
 
@@ -34,6 +37,19 @@ class Shrink(ActivationDesc):
 
     def formula(self, x: np.ndarray) -> np.ndarray:
         return np.where(x < -self.Threshold, x + self.Bias, np.where(x > self.Threshold, x - self.Bias, 0.0))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        """Integers by exact rational arithmetic (independent of the kernel's integer tricks)."""
+        if x.dtype.kind not in "iu":
+            return super().reference(x)
+        threshold, bias = Fraction(f32(self.Threshold)), Fraction(f32(self.Bias))
+        bits = 8 * x.dtype.itemsize
+
+        def one(v: int) -> int:
+            exact = v + bias if v < -threshold else v - bias if v > threshold else Fraction(0)
+            return math.trunc(exact) % (1 << bits)
+
+        return np.array([one(int(v)) for v in x.reshape(-1)], np.uint64).astype(x.dtype).reshape(x.shape)
 
     def shader_params(self) -> tuple:
         if not self.data_type.info.is_integer:

@@ -158,12 +158,14 @@ def test_headers_and_base_url_are_used(server: FakeServer) -> None:
 
 
 def test_generated_methods_follow_the_registry() -> None:
+    from service.client_codegen import snake
     from service.operators import OPERATORS, short_name
 
     for op in OPERATORS.values():
         sig = inspect.signature(getattr(Client, short_name(op)))
         kwonly = {p.name: p.default for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY}
-        assert kwonly == {f.lower(): op.model_fields[f].default for f in op.scalar_fields()}
+        # snake_case of the DirectML field: Alpha -> alpha, SigmoidInputScale -> sigmoid_input_scale
+        assert kwonly == {snake(f): op.model_fields[f].default for f in op.param_fields()}
         assert op.type_name() in getattr(Client, short_name(op)).__doc__
 
 

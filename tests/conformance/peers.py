@@ -19,7 +19,9 @@ _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorPr
 def model_for(op: OperatorDesc, dtype: np.dtype, shapes: list[tuple[int, ...]]) -> onnx.ModelProto:
     spec: OnnxCounterpart = ONNX[op.type_name()]
     names = ["X", *(f"X{i}" for i in range(1, len(shapes)))]
-    attrs = {onnx_name: float(np.float32(getattr(op, dml))) for onnx_name, dml in spec.attributes.items()}
+    attrs: dict = {onnx_name: float(np.float32(getattr(op, dml))) for onnx_name, dml in spec.attributes.items()}
+    if spec.axis:
+        (attrs["axis"],) = op.reduced_axes()  # type: ignore[attr-defined]
     node = helper.make_node(spec.op_type, names, ["Y"], **attrs)
     graph = helper.make_graph(
         [node], "g",

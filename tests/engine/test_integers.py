@@ -55,6 +55,7 @@ def test_shrink(engine, dtype, bias, threshold, layout):
         (np.int16, [32767], -1.0, 0.0, [-32768]),                             # 32767 + 1 wraps
         (np.uint32, [4294967295, 1], 0.25, 0.0, [4294967294, 0]),            # trunc(0.75) = 0
         (np.int32, [-2147483648, 2147483647], 0.5, 0.0, [-2147483647, 2147483646]),
+        (np.int16, [5, -5, 0], 2.0**-52, 0.0, [4, -4, 0]),                    # exact: 5 - 2^-52 truncates to 4
     ],
 )
 def test_shrink_edges(engine, dtype, values, bias, threshold, expected):

@@ -1,0 +1,11 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common/elementwise.glsl"
+
+// DML_ACTIVATION_HARD_SWISH_OPERATOR_DESC { Alpha, Beta }: x * max(0, min(Alpha * x + Beta, 1)).
+// PARAM(0..3) as HARD_SIGMOID's. Where the clamp gives 0 the result is 0 even for x = +-inf (the
+// limit, not inf * 0); NaN stays NaN.
+float activate(float x) {
+    float h = clamp_unit_f(mul_add_f(x, PARAM(0), PARAM(1), PARAM(2), PARAM(3)));
+    return h > 0.0 ? x * h : h;
+}

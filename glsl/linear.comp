@@ -1,0 +1,10 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common/elementwise.glsl"
+
+// DML_ACTIVATION_LINEAR_OPERATOR_DESC { Alpha, Beta }: Alpha * x + Beta, rounded once (mul_add_f) so
+// that it stays accurate where the two terms cancel. PARAM(0..3) = Alpha, head_f(Alpha),
+// Alpha - head_f(Alpha), Beta.
+float activate(float x) {
+    return mul_add_f(x, PARAM(0), PARAM(1), PARAM(2), PARAM(3));
+}
