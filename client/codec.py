@@ -144,6 +144,8 @@ def _json(raw: memoryview) -> dict:
         value = json.loads(bytes(raw))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CodecError(f"malformed JSON: {exc}") from None
+    except RecursionError:  # json's decoder recurses once per level of nesting
+        raise CodecError("malformed JSON: nested too deeply") from None
     if not isinstance(value, dict):
         raise CodecError("the JSON header must be an object")
     return value

@@ -1,15 +1,18 @@
-"""The FastAPI application: /v1, health, metrics, one error handler; no kp in this process."""
+"""The FastAPI application: /v1, /v2 (Open Inference Protocol), health, metrics, one error handler;
+no kp in this process."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from ..config import Settings
-from ..worker import DeviceWorker
-from . import errors, health, v1
+from ..shared_memory import SharedMemoryRegistry
+from ..worker import SHM_DIR, DeviceWorker
+from . import errors, health, v1, v2, v2_shm
 from .metrics import Metrics
 
 log = logging.getLogger("vkact.api")
@@ -24,13 +27,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         worker.start()  # readiness follows when the worker reports its device and shaders
         yield
         await worker.close()
+        app.state.shared_memory.close()
 
     app = FastAPI(title="vkact", version="0.1.0", lifespan=lifespan,
                   description="DirectML's activation operators on any Vulkan device")
     app.state.settings = settings
     app.state.metrics = Metrics()
+    # One registration file per server, shared by its HTTP processes (their parent, with --workers > 1).
+    server = os.getppid() if settings.workers > 1 else os.getpid()
+    app.state.shared_memory = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{server}.json"))
     errors.install(app)
     app.include_router(v1.router)
     app.include_router(health.router)
+    app.include_router(v2.router)
+    app.include_router(v2_shm.router)
+    app.add_middleware(v2.RequestIdMiddleware)
 
     return app

@@ -1,4 +1,10 @@
-"""One place that turns every failure into ``{"error": message, "field": path}`` with its status."""
+"""One place that turns every failure into an error body with its status.
+
+/v1 answers ``{"error": message, "field": path}``. /v2 speaks the Open Inference Protocol, whose error
+body is ``{"error": message}`` alone: there the field path goes into the message, and the statuses that
+the protocol does not use for bad input (422 for a descriptor that breaks DirectML's rules, FastAPI's
+422 for a malformed body) become 400, as Triton and KServe answer them.
+"""
 from __future__ import annotations
 
 import logging
@@ -12,7 +18,7 @@ from starlette.exceptions import HTTPException
 from client.codec import CodecError
 
 from ..errors import Busy, VkactError
-from ..operators import descriptor_error
+from ..operators import OPERATORS, descriptor_error
 
 log = logging.getLogger("vkact.api")
 
@@ -21,11 +27,34 @@ def error_response(status: int, message: str, field: str | None = None, headers:
     return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
 
 
+def is_v2(request: Request) -> bool:
+    path = request.url.path
+    return path == "/v2" or path.startswith("/v2/")
+
+
+def _is_execution(path: str) -> bool:
+    return path.startswith("/v1/execute") or (path.startswith("/v2/models/") and path.endswith("/infer"))
+
+
 def _count(request: Request, status: int) -> None:
     metrics = request.app.state.metrics
     metrics.errors.labels(str(status)).inc()
-    if request.url.path.startswith("/v1/execute"):
-        metrics.requests.labels(getattr(request.state, "operator", "-"), str(status)).inc()
+    if _is_execution(request.url.path):
+        operator = getattr(request.state, "operator", "-")
+        metrics.requests.labels(operator, str(status)).inc()
+        if operator in OPERATORS:  # a failed inference of a known model, in Triton's terms
+            metrics.triton.failure(OPERATORS[operator])
+
+
+def _answer(request: Request, status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+    if is_v2(request):
+        status = 400 if status == 422 else status
+        if field and not message.startswith(field):
+            message = f"{field}: {message}"
+        _count(request, status)
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+    _count(request, status)
+    return error_response(status, message, field, headers)
 
 
 def install(app: FastAPI) -> None:
@@ -33,35 +62,29 @@ def install(app: FastAPI) -> None:
     async def vkact_error(request: Request, exc: VkactError) -> JSONResponse:
         if exc.status >= 500:
             log.error("%s %s: %s", request.method, request.url.path, exc.message)
-        headers = {"Retry-After": "1"} if isinstance(exc, Busy) else None
-        _count(request, exc.status)
-        return error_response(exc.status, exc.message, exc.field, headers)
+        headers = {"Retry-After": "1"} if isinstance(exc, Busy) else getattr(exc, "headers", None)
+        return _answer(request, exc.status, exc.message, exc.field, headers)
 
     @app.exception_handler(CodecError)
     async def codec_error(request: Request, exc: CodecError) -> JSONResponse:
-        _count(request, 400)
-        return error_response(400, exc.message, exc.field)
+        return _answer(request, 400, exc.message, exc.field)
 
     @app.exception_handler(ValidationError)
     async def validation_error(request: Request, exc: ValidationError) -> JSONResponse:
         err = descriptor_error(exc)
-        _count(request, err.status)
-        return error_response(err.status, err.message, err.field)
+        return _answer(request, err.status, err.message, err.field)
 
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         field = ".".join(str(p) for p in first["loc"] if p not in ("body", "query", "path"))
-        _count(request, 422)
-        return error_response(422, first["msg"], field or None)
+        return _answer(request, 422, first["msg"], field or None)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        _count(request, exc.status_code)
-        return error_response(exc.status_code, str(exc.detail), None, getattr(exc, "headers", None))
+        return _answer(request, exc.status_code, str(exc.detail), None, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        _count(request, 500)
-        return error_response(500, f"internal error: {type(exc).__name__}")
+        return _answer(request, 500, f"internal error: {type(exc).__name__}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 router = APIRouter(tags=["health"])
 
@@ -24,4 +24,4 @@ async def metrics(request: Request) -> Response:
     state = request.app.state
     state.metrics.queue_depth.set(state.worker.queue_depth)
     state.metrics.worker_restarts.set(state.worker.restarts)
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

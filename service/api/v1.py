@@ -1,7 +1,6 @@
 """/v1: execute one operator, the operator catalog, the device report."""
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Annotated, Any
@@ -26,11 +25,11 @@ from client.codec import (
 from ..config import Settings
 from ..descriptors import IMPLEMENTED_LEVEL
 from ..descriptors import FeatureLevel as Level
-from ..errors import DescriptorError, InvalidRequest, NotReady, PayloadTooLarge, Timeout
+from ..errors import DescriptorError, NotReady
 from ..operators import OperatorDesc, descriptor_error, parse_operator
-from ..worker import DeviceWorker, copy_into
+from ..worker import DeviceWorker
 from .catalog import catalog
-from .metrics import Metrics
+from .execution import binary_frame, read_body, record_success, run_on_device
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -43,13 +42,8 @@ def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _metrics(request: Request) -> Metrics:
-    return request.app.state.metrics
-
-
 WorkerDep = Annotated[DeviceWorker, Depends(_worker)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
-MetricsDep = Annotated[Metrics, Depends(_metrics)]
 
 
 class ExecuteRequest(BaseModel):
@@ -62,28 +56,6 @@ class ExecuteRequest(BaseModel):
     InPlace: bool = False
     FeatureLevel: Level | None = None
     ResponseEncoding: Encoding | None = None
-
-
-async def read_body(request: Request, limit: int) -> memoryview:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise InvalidRequest(f"Content-Length must be an integer, got {declared!r}", "Content-Length")
-        if int(declared) > limit:
-            raise PayloadTooLarge(f"the body is {declared} bytes; this service accepts at most {limit}", "Content-Length")
-    # Filled in place: np.empty maps its pages lazily as chunks arrive, where a zeroed bytearray, or
-    # one grown chunk by chunk, would spend tens of milliseconds on the event loop for a large body.
-    body = np.empty(int(declared) if declared is not None else 1 << 16, np.uint8)
-    filled = 0
-    async for chunk in request.stream():
-        end = filled + len(chunk)
-        if end > limit:
-            raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
-        if end > body.nbytes:  # chunked transfer: grow geometrically
-            body = np.concatenate((body[:filled], np.empty(max(end, 2 * body.nbytes) - filled, np.uint8)))
-        body[filled:end] = np.frombuffer(chunk, np.uint8)
-        filled = end
-    return memoryview(body[:filled])
 
 
 def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tuple[ExecuteRequest, OperatorDesc, list, Encoding]:
@@ -113,13 +85,8 @@ def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tupl
     return req, op, buffers, encoding
 
 
-async def _until_disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 @router.post("/execute", summary="Run one DirectML activation operator on the device")
-async def execute(request: Request, worker: WorkerDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
+async def execute(request: Request, worker: WorkerDep, settings: SettingsDep) -> Response:
     started = time.perf_counter()
     body = await read_body(request, settings.max_body_bytes)
     header, tail = split_frame(body, request.headers.get(HEADER_LENGTH))
@@ -128,16 +95,9 @@ async def execute(request: Request, worker: WorkerDep, settings: SettingsDep, me
     req, op, buffers, encoding = parse_request(header, tail, worker.info["max_tensor_bytes"])
     name = request.state.operator = op.type_name()
 
-    job = asyncio.ensure_future(worker.run(op, buffers, req.InPlace))
-    gone = asyncio.ensure_future(_until_disconnected(request))
-    done, _ = await asyncio.wait({job, gone}, timeout=settings.request_timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    gone.cancel()
-    if job not in done:
-        job.cancel()  # a queued job is dropped before it reaches the device
-        if gone in done:
-            return Response(status_code=499)
-        raise Timeout(f"no answer from the device within {settings.request_timeout_s} s")
-    result = job.result()
+    result = await run_on_device(request, op, buffers, req.InPlace)
+    if result is None:  # the client left
+        return Response(status_code=499)
     try:
         out = np.frombuffer(result.output, np.uint8)
         head = {
@@ -147,11 +107,8 @@ async def execute(request: Request, worker: WorkerDep, settings: SettingsDep, me
         }
         if encoding is Encoding.BINARY:
             head_bytes = json.dumps(head, separators=(",", ":")).encode()
-            frame = np.empty(len(head_bytes) + out.nbytes, np.uint8)
-            frame[: len(head_bytes)] = np.frombuffer(head_bytes, np.uint8)
-            await copy_into(frame[len(head_bytes) :], out)
             response: Response = Response(
-                memoryview(frame), media_type=BINARY_CONTENT_TYPE, headers={HEADER_LENGTH: str(len(head_bytes))}
+                await binary_frame(head_bytes, [out]), media_type=BINARY_CONTENT_TYPE, headers={HEADER_LENGTH: str(len(head_bytes))}
             )
         else:
             response = JSONResponse(head)
@@ -159,12 +116,7 @@ async def execute(request: Request, worker: WorkerDep, settings: SettingsDep, me
         del out
         result.release()
 
-    metrics.requests.labels(name, "200").inc()
-    metrics.request_seconds.labels(name).observe(time.perf_counter() - started)
-    metrics.queue_seconds.labels(name).observe(result.queue_seconds)
-    metrics.kernel_seconds.labels(name).observe(result.kernel_seconds)
-    metrics.bytes_in.labels(name).inc(sum(b.nbytes for b in buffers))
-    metrics.bytes_out.labels(name).inc(op.output.total_bytes)
+    record_success(request, op, started, result, sum(b.nbytes for b in buffers), op.output.total_bytes)
     return response
 
 

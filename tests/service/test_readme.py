@@ -45,5 +45,7 @@ def test_python_examples(server, capsys):
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
     assert blocks
     for block in blocks:
-        exec(compile(block.replace(DEFAULT, server.url), "README.md", "exec"), {})
+        # tritonclient takes host:port without the scheme
+        code = block.replace(DEFAULT, server.url).replace(DEFAULT.removeprefix("http://"), server.url.removeprefix("http://"))
+        exec(compile(code, "README.md", "exec"), {})
     assert "[-2.5 -1.5  0.   0.   0.   1.5  2.5]" in capsys.readouterr().out

@@ -1,0 +1,223 @@
+"""/v2: the Open Inference Protocol (KServe v2) with Triton's extensions (binary tensor data, system
+shared memory, model repository index, model configuration), so tritonclient, perf_analyzer and KServe
+clients talk to vkact as to Triton. Each operator is a model (see v2_models); an inference is parsed
+(v2_codec, v2_encoding), run through the execution path /v1 uses (execution.py) and answered (v2_outputs)."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
+
+from ..errors import InvalidRequest, NotReady
+from ..shared_memory import SharedMemoryRegistry
+from .execution import read_body, record_success, run_on_device
+from .metrics import MODEL_VERSION
+from .v2_codec import build_operator, decode_inputs, parse_frame
+from .v2_encoding import choose_encoding, compress, decode_body
+from .v2_models import MODELS, config, find_model, metadata
+from .v2_outputs import encode_response, plan_outputs
+
+router = APIRouter(prefix="/v2", tags=["v2"])
+
+#: What GET /v2 advertises: only what is implemented. model_repository is the index (load is a no-op,
+#: unload is refused: the models are built in); model_configuration is GET .../config.
+EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration"]
+
+
+class RequestIdMiddleware:
+    """X-Request-ID on /v2: the caller's, or a new one, is returned on every response (errors included)
+    and is the inference response's ``id`` when the body gives none."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == "/v2" or path.startswith("/v2/")):
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"")
+        valid = 0 < len(given) <= 200 and given.isascii() and given.decode().isprintable()
+        rid = given if valid else uuid.uuid4().hex.encode()
+        scope.setdefault("state", {})["client_request_id"] = given.decode() if valid else None
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def _ready(request: Request) -> bool:
+    return bool(request.app.state.worker.ready)
+
+
+# -- health and metadata --------------------------------------------------------------------------------
+
+
+@router.get("/health/live", summary="Server liveness")
+async def live() -> dict[str, bool]:
+    return {"live": True}
+
+
+@router.get("/health/ready", summary="Server readiness: the device is up and every shader loaded")
+async def ready(request: Request) -> JSONResponse:
+    ok = _ready(request)
+    return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+
+
+@router.get("", summary="Server metadata")
+async def server_metadata(request: Request) -> dict[str, Any]:
+    return {"name": "vkact", "version": request.app.version, "extensions": EXTENSIONS}
+
+
+@router.get("/models/{model}", summary="Model metadata")
+async def model_metadata(model: str) -> dict[str, Any]:
+    return metadata(find_model(model))
+
+
+@router.get("/models/{model}/versions/{version}", summary="Model metadata of one version")
+async def model_version_metadata(model: str, version: str) -> dict[str, Any]:
+    return metadata(find_model(model, version))
+
+
+@router.get("/models/{model}/ready", summary="Model readiness")
+async def model_ready(request: Request, model: str) -> JSONResponse:
+    find_model(model)
+    ok = _ready(request)
+    return JSONResponse({"name": model, "ready": ok}, status_code=200 if ok else 503)
+
+
+@router.get("/models/{model}/versions/{version}/ready", summary="Model readiness of one version")
+async def model_version_ready(request: Request, model: str, version: str) -> JSONResponse:
+    find_model(model, version)
+    ok = _ready(request)
+    return JSONResponse({"name": model, "version": version, "ready": ok}, status_code=200 if ok else 503)
+
+
+@router.get("/models/{model}/config", summary="Model configuration (Triton's, as perf_analyzer reads it)")
+async def model_config(model: str) -> dict[str, Any]:
+    return config(find_model(model))
+
+
+@router.get("/models/{model}/versions/{version}/config", summary="Model configuration of one version")
+async def model_version_config(model: str, version: str) -> dict[str, Any]:
+    return config(find_model(model, version))
+
+
+# -- model repository ---------------------------------------------------------------------------------
+
+
+@router.post("/repository/index", summary="The models, with their state")
+async def repository_index(request: Request) -> list[dict[str, Any]]:
+    body = await request.body()  # tritonclient sends an empty one; Triton also takes {"ready": true}
+    options: Any = {}
+    if body.strip():
+        try:
+            options = json.loads(body)
+        except ValueError:
+            options = None
+        if not isinstance(options, dict):
+            raise InvalidRequest("the body must be empty or a JSON object such as {\"ready\": true}")
+    only_ready = options.get("ready") is True
+    state = "READY" if _ready(request) else "UNAVAILABLE"
+    if only_ready and state != "READY":
+        return []
+    reason = "" if state == "READY" else "the device is not ready yet"
+    return [{"name": name, "version": MODEL_VERSION, "state": state, "reason": reason} for name in MODELS]
+
+
+@router.post("/repository/models/{model}/load", summary="Load a model: every model is always loaded")
+async def load_model(model: str) -> Response:
+    find_model(model)
+    return Response()
+
+
+@router.post("/repository/models/{model}/unload", summary="Unload a model: refused, the models are built in")
+async def unload_model(model: str) -> Response:
+    find_model(model)
+    raise InvalidRequest(f"model {model!r} is built into vkact and cannot be unloaded")
+
+
+# -- inference ----------------------------------------------------------------------------------------
+
+
+class _Regions:
+    """The shared memory regions one request uses, each mapped once and let go when the request ends."""
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self._registry = registry
+        self._stack = ExitStack()
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            self._arrays[name] = self._stack.enter_context(self._registry.use(name))
+        return self._arrays[name]
+
+    def __enter__(self) -> _Regions:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._arrays.clear()  # no view of a mapping may outlive it: a mapping being unregistered closes now
+        self._stack.close()
+
+
+async def _infer(request: Request, model: str, version: str | None) -> Response:
+    started = time.perf_counter()
+    model_class = find_model(model, version)
+    request.state.operator = model_class.type_name()  # failures from here on count against the model
+    state = request.app.state
+    worker = state.worker
+    if not worker.ready or worker.info is None:
+        raise NotReady("the device is not ready yet")
+    limit = state.settings.max_body_bytes
+    body = await decode_body(await read_body(request, limit), request.headers.get("content-encoding"), limit)
+    req, tail = parse_frame(body, request.headers.get(HEADER_LENGTH), model_class)
+    op = build_operator(model_class, req, worker.info["max_tensor_bytes"])
+    request_id = req.id if req.id is not None else getattr(request.state, "client_request_id", None)
+
+    with _Regions(state.shared_memory) as region:
+        buffers = decode_inputs(op, req, tail, region)
+        plans = plan_outputs(op, req, region)
+        bytes_in = sum(b.nbytes for b in buffers)
+        result = await run_on_device(request, op, buffers)
+        del buffers
+        if result is None:  # the client left
+            return Response(status_code=499)
+        try:
+            content, header_length = await encode_response(model, op, req, request_id, plans, result, region)
+        finally:
+            result.release()
+
+    headers = {"Vary": "Accept-Encoding"}
+    media_type = "application/json"
+    if header_length is not None:
+        headers[HEADER_LENGTH] = str(header_length)  # the uncompressed JSON's length, as Triton sends it
+        media_type = BINARY_CONTENT_TYPE
+    coding = choose_encoding(request.headers.get("accept-encoding"))
+    if coding is not None:
+        content = await compress(content, coding)
+        headers["Content-Encoding"] = coding
+    record_success(request, op, started, result, bytes_in, op.output.total_bytes)
+    return Response(content, media_type=media_type, headers=headers)
+
+
+@router.post("/models/{model}/infer", summary="Run the operator")
+async def infer(request: Request, model: str) -> Response:
+    return await _infer(request, model, None)
+
+
+@router.post("/models/{model}/versions/{version}/infer", summary="Run the operator (one version)")
+async def infer_version(request: Request, model: str, version: str) -> Response:
+    return await _infer(request, model, version)

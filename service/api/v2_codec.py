@@ -1,0 +1,265 @@
+"""The /v2 inference request: its frame (JSON, JSON + binary tensors, or the raw bytes of a single input),
+its envelope, the DirectML descriptor it names and its input tensors' bytes (Content-Encoding is undone
+before, in v2_encoding).
+
+Every 4xx of an inference is decided here (or in v2_outputs), before any device work.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+from typing import Annotated, Any, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from client.codec import HEADER_LENGTH, split_frame
+
+from ..errors import InvalidRequest
+from ..operators import OperatorDesc, descriptor_error, parse_operator
+from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
+
+RESERVED = {"sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
+NONFINITE = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
+
+
+Shape = list[Annotated[int, Field(strict=True, ge=0)]]
+
+
+class RequestInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    shape: Shape
+    datatype: str
+    parameters: Optional[dict[str, Any]] = None
+    data: Any = None
+
+
+class RequestOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    parameters: Optional[dict[str, Any]] = None
+
+
+class InferenceRequest(BaseModel):
+    """$inference_request; fields the protocol does not define (model_name, ...) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+    inputs: list[RequestInput]
+    outputs: Optional[list[RequestOutput]] = None
+
+
+def _path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDesc]) -> tuple[InferenceRequest, memoryview]:
+    """The envelope and the bytes after it. An Inference-Header-Content-Length of 0 is Triton's raw binary
+    request: no JSON at all, the body is the one input's bytes; vkact reads them as a 1-D tensor of the
+    model's first data type (FP32) with default parameters, and answers with binary outputs."""
+    try:
+        raw_binary = header_length is not None and int(header_length) == 0
+    except ValueError:
+        raw_binary = False  # split_frame names the bad header
+    if raw_binary:
+        if len(op.input_fields) != 1:
+            raise InvalidRequest(f"a raw binary request needs a model with one input; this one has {len(op.input_fields)}", HEADER_LENGTH)
+        datatype = datatypes(op)[0]
+        size = V2_TO_DML[datatype].info.size
+        if len(body) % size:
+            raise InvalidRequest(f"a raw binary request's body holds {datatype} elements of {size} bytes; it is {len(body)} bytes", HEADER_LENGTH)
+        raw = RequestInput(name=op.input_fields[0], shape=[len(body) // size], datatype=datatype, parameters={"binary_data_size": len(body)})
+        return InferenceRequest(inputs=[raw], parameters={"binary_data_output": True}), body
+    header, tail = split_frame(body, header_length)
+    try:
+        return InferenceRequest.model_validate(header), tail
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise InvalidRequest(err["msg"], _path(err["loc"]) or None) from None
+
+
+# -- the descriptor ----------------------------------------------------------------------------------
+
+
+def build_operator(model: type[OperatorDesc], req: InferenceRequest, max_tensor_bytes: int) -> OperatorDesc:
+    """The DML descriptor the request names: each input's datatype and shape is a packed TensorDesc, each
+    parameter a field; validated by the same pydantic models as /v1."""
+    by_name: dict[str, RequestInput] = {}
+    for i, tensor in enumerate(req.inputs):
+        if tensor.name not in model.input_fields:
+            raise InvalidRequest(f"unexpected input {tensor.name!r}; the inputs are {', '.join(model.input_fields)}", f"inputs[{i}].name")
+        if tensor.name in by_name:
+            raise InvalidRequest(f"input {tensor.name!r} is given twice", f"inputs[{i}].name")
+        by_name[tensor.name] = tensor
+    desc: dict[str, Any] = {"Type": model.type_name()}
+    for name in model.input_fields:
+        tensor = by_name.get(name)
+        if tensor is None:
+            raise InvalidRequest(f"input {name!r} is missing", "inputs")
+        dml = V2_TO_DML.get(tensor.datatype)
+        if dml is None:
+            known = "no DirectML tensor has" if tensor.datatype in NOT_TENSOR_TYPES else "unknown datatype"
+            raise InvalidRequest(f"{known} {tensor.datatype!r}; {model.type_name()} takes {', '.join(datatypes(model))}", f"{name}.datatype")
+        desc[name] = {"DataType": dml.value, "Sizes": tensor.shape}
+    fields = param_fields(model)
+    for key, value in (req.parameters or {}).items():
+        if key == "sequence_id":
+            if value not in (0, ""):
+                raise InvalidRequest("vkact's models are stateless: a sequence_id is not accepted", "parameters.sequence_id")
+        elif key in RESERVED or key.startswith("triton_") or key.startswith("vkact_"):
+            continue  # protocol-level parameters with no bearing on the operator
+        elif key not in fields:
+            accepted = ", ".join(fields) or "none"
+            raise InvalidRequest(f"{model.type_name()} has no parameter {key!r}; its parameters are {accepted}", f"parameters.{key}")
+        elif isinstance(value, str) and is_array_param(model, key):
+            desc[key] = [part.strip() for part in value.split(",") if part.strip()]  # "0,2" -> [0, 2]
+        else:
+            desc[key] = value
+    try:
+        op = parse_operator(desc)
+    except ValidationError as exc:
+        err = descriptor_error(exc)
+        if err.field and err.field.split(".")[0].split("[")[0] in fields:  # a parameter, not a tensor
+            raise InvalidRequest(f"parameters.{err.message}", f"parameters.{err.field}") from None
+        raise err from None
+    op.check_execution(False, max_tensor_bytes)
+    return op
+
+
+# -- the input tensors -------------------------------------------------------------------------------
+
+
+def _flat_numbers(data: list, dtype: np.dtype, field: str) -> np.ndarray:
+    """The slow path, for lists numpy cannot take at once: numbers, or NaN/Infinity/-Infinity as strings
+    for floating types; anything else (booleans, null, numeric strings, ragged nesting) is refused.
+    Iterative, so no nesting depth can exhaust the stack."""
+    shape, probe = [], data
+    while isinstance(probe, list):  # the shape the first elements imply; every list must agree with it
+        shape.append(len(probe))
+        probe = probe[0] if probe else None
+    flat: list = []
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, list):
+            if depth >= len(shape) or len(item) != shape[depth]:
+                raise InvalidRequest("nested data must be rectangular (row-major, every row of one length)", field)
+            stack.extend((x, depth + 1) for x in reversed(item))
+        elif depth != len(shape):
+            raise InvalidRequest("nested data must be rectangular (row-major, every row of one length)", field)
+        elif type(item) in (int, float) or (dtype.kind == "f" and isinstance(item, str) and item in NONFINITE):
+            flat.append(NONFINITE.get(item, item) if isinstance(item, str) else item)
+        else:
+            raise InvalidRequest(f"{item!r} is not a number of datatype {dtype}", field)
+    if dtype.kind in "iu":
+        return _integers(np.array(flat, dtype=object), dtype, field)
+    return np.array(flat, np.float64)
+
+
+def _integers(values: np.ndarray, dtype: np.dtype, field: str) -> np.ndarray:
+    """Whole numbers within the integer type's range, as that type (never wrapped silently)."""
+    if values.size == 0:
+        return values.astype(dtype)
+    if values.dtype == object:
+        whole = all(not isinstance(v, float) or v.is_integer() for v in values.flat)
+    else:
+        whole = values.dtype.kind in "iu" or bool(np.all(values == np.trunc(values)))
+    if not whole:
+        raise InvalidRequest(f"data of datatype {dtype} must hold whole numbers", field)
+    info = np.iinfo(dtype)
+    low, high = values.min(), values.max()
+    if low < info.min or high > info.max:
+        raise InvalidRequest(f"values must lie in {info.min}..{info.max} for this datatype; got {low}..{high}", field)
+    return values.astype(dtype)
+
+
+def json_tensor(data: Any, dtype: np.dtype, count: int, field: str) -> np.ndarray:
+    """The elements of a JSON ``data`` value (flat or nested, row-major) as ``dtype``."""
+    if not isinstance(data, list):
+        raise InvalidRequest("data must be a list of numbers, flat or nested", field)
+    try:
+        values = np.asarray(data)
+    except ValueError:  # ragged nesting
+        values = None
+    if values is None or values.dtype.kind not in "iuf":
+        if values is not None and values.dtype.kind == "b":
+            raise InvalidRequest(f"booleans are not numbers of datatype {dtype}", field)
+        values = _flat_numbers(data, dtype, field)
+    elif dtype.kind in "iu":
+        values = _integers(values, dtype, field)
+    if values.size != count:
+        raise InvalidRequest(f"data holds {values.size} values; the shape holds {count}", field)
+    with np.errstate(over="ignore"):  # out of FP16's range is +-inf, as a cast in any framework
+        return np.ascontiguousarray(values, dtype).reshape(-1)
+
+
+def _padded(data: np.ndarray | memoryview, total_bytes: int) -> np.ndarray:
+    """A descriptor's buffer is rounded up to 4 bytes (DMLCalcBufferTensorSize); the protocol's tensor is
+    exactly its elements."""
+    raw = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
+    if raw.nbytes == total_bytes:
+        return raw
+    buffer = np.zeros(total_bytes, np.uint8)
+    buffer[: raw.nbytes] = raw
+    return buffer
+
+
+def _int_param(params: dict, key: str, field: str, default: int | None = None) -> int:
+    value = params.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRequest(f"{key} must be a non-negative integer", f"{field}.parameters.{key}")
+    return value
+
+
+def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, region: Callable[[str], np.ndarray]) -> list[np.ndarray]:
+    """Each input's buffer, in the descriptor's order. ``region(name)`` maps a registered shared memory
+    region; its bytes are handed to the worker as they are (the worker copies them into its slot)."""
+    buffers: dict[str, np.ndarray] = {}
+    offset = 0
+    for i, tensor in enumerate(req.inputs):
+        field = f"inputs[{i}]"
+        desc = getattr(op, tensor.name)
+        dtype = desc.DataType.info.numpy
+        count = prod(desc.Sizes)
+        nbytes = count * dtype.itemsize
+        params = tensor.parameters or {}
+        sources = [s for s in ("binary_data_size", "shared_memory_region") if s in params] + (["data"] if tensor.data is not None else [])
+        if len(sources) != 1:
+            raise InvalidRequest(f"input {tensor.name!r} needs exactly one of data, parameters.binary_data_size, parameters.shared_memory_region; it has {len(sources)}", field)
+        if sources[0] == "data":
+            buffers[tensor.name] = _padded(json_tensor(tensor.data, dtype, count, f"{field}.data"), desc.total_bytes)
+            continue
+        if sources[0] == "binary_data_size":
+            size = _int_param(params, "binary_data_size", field)
+            if len(tail) == 0 and size:
+                raise InvalidRequest(f"binary_data_size {size} given, but no binary data follows the JSON (is {HEADER_LENGTH} set?)", field)
+            if offset + size > len(tail):
+                raise InvalidRequest(f"binary_data_size {size} runs past the body's end ({len(tail) - offset} bytes left)", field)
+            data = tail[offset : offset + size]
+            offset += size
+        else:
+            name = params["shared_memory_region"]
+            if "shared_memory_byte_size" not in params:
+                raise InvalidRequest("shared_memory_byte_size is required with shared_memory_region", f"{field}.parameters")
+            size = _int_param(params, "shared_memory_byte_size", field)
+            start = _int_param(params, "shared_memory_offset", field, 0)
+            if not isinstance(name, str):
+                raise InvalidRequest("shared_memory_region must be a region name", f"{field}.parameters.shared_memory_region")
+            memory = region(name)
+            if start + size > memory.nbytes:
+                raise InvalidRequest(f"offset {start} + byte size {size} runs past region {name!r} ({memory.nbytes} bytes)", field)
+            data = memory[start : start + size]
+        if size != nbytes:
+            raise InvalidRequest(f"{size} bytes given for {tensor.name!r}; shape {list(desc.Sizes)} of {tensor.datatype} is {nbytes} bytes", field)
+        buffers[tensor.name] = _padded(data, desc.total_bytes)
+    if offset != len(tail):
+        raise InvalidRequest(f"{len(tail) - offset} bytes after the binary tensors belong to no input", HEADER_LENGTH)
+    return [buffers[name] for name in op.input_fields]

@@ -1,0 +1,110 @@
+"""The /v2 inference response: which outputs, and in which form (JSON data, binary after the JSON header,
+or written into a shared memory region)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from client.codec import Encoding, encode_data
+
+from ..errors import InvalidRequest
+from ..operators import OperatorDesc
+from ..worker import Result, copy_into
+from .execution import binary_frame
+from .metrics import MODEL_VERSION
+from .v2_codec import InferenceRequest
+from .v2_models import DML_TO_V2
+
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    name: str
+    binary: bool
+    region: str | None = None
+    offset: int = 0
+    byte_size: int = 0
+
+
+def _flag(params: dict, key: str, default: bool, field: str) -> bool:
+    value = params.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{key} must be true or false", f"{field}.{key}")
+    return value
+
+
+def plan_outputs(op: OperatorDesc, req: InferenceRequest, region: Callable[[str], np.ndarray]) -> list[OutputPlan]:
+    """The outputs to return (all of them when the request names none), checked before any device work,
+    shared memory regions included: each must hold the whole output."""
+    binary = _flag(req.parameters or {}, "binary_data_output", False, "parameters")
+    if not req.outputs:  # omitted (or empty, which tritonclient never sends): every output
+        return [OutputPlan(op.output_field, binary)]
+    nbytes = output_bytes(op)
+    plans: list[OutputPlan] = []
+    for i, out in enumerate(req.outputs):
+        field = f"outputs[{i}]"
+        if out.name != op.output_field:
+            raise InvalidRequest(f"unknown output {out.name!r}; the outputs are {op.output_field}", f"{field}.name")
+        if any(p.name == out.name for p in plans):
+            raise InvalidRequest(f"output {out.name!r} is requested twice", f"{field}.name")
+        params = out.parameters or {}
+        if "classification" in params:
+            raise InvalidRequest("the classification extension is not supported", f"{field}.parameters.classification")
+        name = params.get("shared_memory_region")
+        if name is None:
+            plans.append(OutputPlan(out.name, _flag(params, "binary_data", binary, f"{field}.parameters")))
+            continue
+        size, offset = params.get("shared_memory_byte_size"), params.get("shared_memory_offset", 0)
+        for key, value in (("shared_memory_byte_size", size), ("shared_memory_offset", offset)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidRequest(f"{key} must be a non-negative integer", f"{field}.parameters.{key}")
+        if not isinstance(name, str):
+            raise InvalidRequest("shared_memory_region must be a region name", f"{field}.parameters.shared_memory_region")
+        memory = region(name)
+        if offset + size > memory.nbytes:
+            raise InvalidRequest(f"offset {offset} + byte size {size} runs past region {name!r} ({memory.nbytes} bytes)", field)
+        if size < nbytes:
+            raise InvalidRequest(f"shared_memory_byte_size {size} is smaller than output {out.name!r} ({nbytes} bytes)", field)
+        plans.append(OutputPlan(out.name, False, name, offset, size))
+    return plans
+
+
+def output_bytes(op: OperatorDesc) -> int:
+    """The protocol's output size: its elements, without the descriptor's rounding to 4 bytes."""
+    return prod(op.output.Sizes) * op.output.DataType.info.size
+
+
+async def encode_response(
+    model: str, op: OperatorDesc, req: InferenceRequest, request_id: str | None, plans: list[OutputPlan], result: Result, region: Callable[[str], np.ndarray]
+) -> tuple[bytes | memoryview, int | None]:
+    """The response body and, when some output is binary, the JSON header's length. Reads the result's
+    slot, so it runs before the result is released."""
+    nbytes = output_bytes(op)
+    data = np.frombuffer(result.output, np.uint8, nbytes)  # packed: the output descriptor is the inputs' layout
+    datatype = DML_TO_V2[op.output.DataType]
+    outputs: list[dict[str, Any]] = []
+    binaries: list[np.ndarray] = []
+    for plan in plans:
+        entry: dict[str, Any] = {"name": plan.name, "datatype": datatype, "shape": list(op.output.Sizes)}
+        if plan.region is not None:
+            await copy_into(region(plan.region)[plan.offset : plan.offset + nbytes], data)
+            entry["parameters"] = {"shared_memory_region": plan.region, "shared_memory_byte_size": nbytes}
+        elif plan.binary:
+            entry["parameters"] = {"binary_data_size": nbytes}
+            binaries.append(data)
+        else:  # non-finite values as "NaN", "Infinity", "-Infinity", as /v1 writes them: plain JSON stays valid
+            entry["data"] = encode_data(data, op.output.DataType.info.numpy, nbytes, Encoding.JSON)
+        outputs.append(entry)
+    head: dict[str, Any] = {"model_name": model, "model_version": MODEL_VERSION}
+    if request_id is not None:
+        head["id"] = request_id
+    head["outputs"] = outputs
+    head_bytes = json.dumps(head, separators=(",", ":")).encode()
+    if not binaries:
+        return head_bytes, None
+    return await binary_frame(head_bytes, binaries), len(head_bytes)
