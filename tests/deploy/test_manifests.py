@@ -1,0 +1,71 @@
+"""The deployment files are valid Kubernetes objects and probe endpoints that the service has."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from service.api import create_app
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+K8S_VERSION = "1.30.0"
+MANIFESTS = sorted(DEPLOY.rglob("*.yaml"))
+# KServe's own fields on the predictor, around a Kubernetes PodSpec (serving.kserve.io/v1beta1).
+KSERVE_PREDICTOR_FIELDS = {"minReplicas", "maxReplicas", "scaleMetric", "scaleTarget", "containerConcurrency", "timeout", "canaryTrafficPercent"}
+
+
+def documents(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def pod_specs(doc: dict) -> list[dict]:
+    if doc["kind"] == "Deployment":
+        return [doc["spec"]["template"]["spec"]]
+    if doc["kind"] == "InferenceService":
+        return [{k: v for k, v in doc["spec"]["predictor"].items() if k not in KSERVE_PREDICTOR_FIELDS}]
+    return []
+
+
+def test_there_are_manifests_for_both_targets():
+    names = {p.relative_to(DEPLOY).as_posix() for p in MANIFESTS}
+    assert {"kubernetes/vkact-gpu.yaml", "kubernetes/vkact-cpu.yaml", "kserve/vkact-gpu.yaml", "kserve/vkact-cpu.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.relative_to(DEPLOY).as_posix())
+def test_valid_against_the_kubernetes_schemas(path):
+    for doc in documents(path):
+        if doc["apiVersion"].startswith("serving.kserve.io/"):
+            assert doc["kind"] == "InferenceService" and set(doc["spec"]) <= {"predictor", "transformer", "explainer"}
+            assert set(doc["spec"]["predictor"]) - KSERVE_PREDICTOR_FIELDS <= set(_pod_spec_fields())
+            # the predictor is a PodSpec plus KServe's fields: validate that part as a core/v1 Pod
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": doc["metadata"]["name"]}, "spec": pod_specs(doc)[0]}
+            kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+        else:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def _pod_spec_fields() -> list[str]:
+    return ["containers", "volumes", "initContainers", "nodeSelector", "tolerations", "affinity", "securityContext",
+            "serviceAccountName", "imagePullSecrets", "priorityClassName", "runtimeClassName", "resources"]
+
+
+def test_probes_and_ports_point_at_the_service():
+    routes = set(create_app().openapi()["paths"])
+    for path in MANIFESTS:
+        for doc in documents(path):
+            for spec in pod_specs(doc):
+                for container in spec["containers"]:
+                    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+                    port = int(env["VKACT_PORT"])
+                    assert port in {p["containerPort"] for p in container["ports"]}, path
+                    assert env["VKACT_HOST"] == "0.0.0.0"
+                    probes = [container[k] for k in ("readinessProbe", "livenessProbe", "startupProbe") if k in container]
+                    assert {"readinessProbe", "livenessProbe"} <= set(container), path
+                    for probe in probes:
+                        assert probe["httpGet"]["path"] in routes, (path, probe)
+                    assert any(m["mountPath"] == "/dev/shm" for m in container["volumeMounts"]), "tensors cross in /dev/shm"
+                    gpu = "nvidia.com/gpu" in container["resources"].get("limits", {})
+                    assert container["image"].endswith(":gpu") == gpu
+                    assert not gpu or env.get("NVIDIA_DRIVER_CAPABILITIES", "").split(",").count("graphics") == 1
