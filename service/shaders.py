@@ -90,7 +90,7 @@ def all_variants() -> list[Variant]:
     variants = []
     for op in OPERATORS.values():
         dtypes = sorted({t.info.shader for step in op.support.steps for t in step.data_types if t.info.shader})
-        variants += [Variant(op.shader, d, layout, len(op.input_fields), op.kind) for d in dtypes for layout in LAYOUTS]
+        variants += [Variant(k, d, layout, len(op.input_fields), op.kind) for k in op.all_kernels() for d in dtypes for layout in LAYOUTS]
     return list(dict.fromkeys(variants))  # operators may share a shader (SOFTMAX and SOFTMAX1)
 
 

@@ -26,6 +26,7 @@ class OperatorDesc(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     shader: ClassVar[str]                  # glsl/<shader>.comp
+    kernels: ClassVar[tuple[str, ...]] = ()  # all its shaders, when kernel() picks one per descriptor
     kind: ClassVar[str] = "elementwise"    # the kernel contract: "elementwise" or "reduction" (see engine)
     support: ClassVar[TensorSupport]       # dimension counts and data types per feature level
     in_place: ClassVar[bool] = True        # DirectML's DML_SCHEMA_OPERATOR_SUPPORT_FLAG_IN_PLACE
@@ -63,6 +64,15 @@ class OperatorDesc(BaseModel):
 
     def scalars(self) -> tuple[float, ...]:
         return tuple(float(getattr(self, name)) for name in self.scalar_fields())
+
+    @classmethod
+    def all_kernels(cls) -> tuple[str, ...]:
+        return cls.kernels or (cls.shader,)
+
+    def kernel(self) -> str:
+        """The shader this descriptor runs; an operator whose parameters call for different code
+        (CELU's sign of Alpha) overrides it, which beats a branch that lavapipe would run both ways."""
+        return self.shader
 
     def shader_params(self) -> tuple[float, ...]:
         """The kernel's PARAM(0..5): the scalar fields in order, unless the shader wants derived values."""

@@ -15,6 +15,7 @@ class Celu(ActivationDesc):
     Alpha: Scalar = 1.0
 
     shader: ClassVar[str] = "celu"
+    kernels: ClassVar[tuple[str, ...]] = ("celu", "celu_negative_alpha")
     support: ClassVar = modern_float(FeatureLevel.FL_3_0)
     formula_text: ClassVar[str] = "max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1))"
 
@@ -24,6 +25,9 @@ class Celu(ActivationDesc):
         if alpha == 0.0:
             raise ValueError("Alpha must not be 0 (the formula divides by it)")
         return alpha
+
+    def kernel(self) -> str:
+        return "celu" if self.Alpha > 0 else "celu_negative_alpha"
 
     def shader_params(self) -> tuple[float, ...]:
         alpha = f32(self.Alpha)
