@@ -12,7 +12,7 @@ import numpy as np
 
 from service.engine import Engine
 
-from .kernels import VkBench, make_op, operators
+from .kernels import cases, VkBench, make_op, operators
 from .peers import PEERS, Compute, host_memcpy
 from .report import OpResult, SizeResult, merge, section, service_section
 from .timing import blocks, rounds
@@ -63,10 +63,11 @@ def _check(name: str, peer: str, vkact: np.ndarray, other: object) -> None:
 def measure(engine: Engine, vk: VkBench, names: list[str], log2: int, peers: list[str], repeat: int) -> SizeResult:
     n = 1 << log2
     x = np.random.default_rng(log2).standard_normal(n, dtype=np.float32) * np.float32(3)
-    ops = {name: make_op(name, n) for name in names}
+    ops = {label: make_op(name, n, row_len) for label, name, row_len in cases(names)}
+    names = list(ops)
     bound: dict[tuple[str, str], Compute] = {}
     for name, op in ops.items():
-        out = engine.execute(op, [x])  # builds the slot and pipeline that the kernel runs reuse
+        out = engine.execute(op, [x] * len(op.inputs))  # builds the slot and pipeline that the kernel runs reuse
         for peer in PEERS:
             compute = peer.bind(op, x) if peer.name in peers else None
             if compute is not None:
@@ -85,7 +86,7 @@ def measure(engine: Engine, vk: VkBench, names: list[str], log2: int, peers: lis
     e2e = blocks(e2e_tasks, WARMUP, repeat)
     return SizeResult(log2, 8 * n, e2e[("memcpy", "")], [
         OpResult(name, kernels[("kernel", name)], kernels[("copy", name)], e2e[("vkact", name)],
-                 {p: e2e[(p, name)] for p in peers if (p, name) in e2e})
+                 {p: e2e[(p, name)] for p in peers if (p, name) in e2e}, (len(ops[name].inputs) + 1) / 2)
         for name in names
     ])
 

@@ -1,9 +1,7 @@
 """vkact's side of the benchmark, on the engine's own objects: the pipeline and slot buffers that
-``Engine.execute`` created, dispatched alone (kernel time) or through ``execute`` (end to end), and the
-copy shader bound to the same buffers with the same workgroup count (the device's ceiling).
-
-It reaches into Engine's private state (``_algorithms``, ``_mgr``) because the engine has no public
-way to dispatch a prepared kernel without its transfers."""
+``Engine.prepare`` gives (what ``execute`` dispatches), dispatched alone (kernel time) or through
+``execute`` (end to end), and the copy shader bound to the same buffers with the same workgroup count
+(the device's ceiling)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,8 +10,7 @@ import kp
 import numpy as np
 
 from service.descriptors import DataType
-from service.engine import UNIT_BYTES, Engine, _words, bucket
-from service.layout import Layout, coalesce
+from service.engine import UNIT_BYTES, Engine
 from service.operators import OPERATORS, OperatorDesc, parse_operator, short_name
 from service.shaders import ShaderCompiler, Variant
 
@@ -34,10 +31,28 @@ def operators(names: list[str] | None) -> list[str]:
     return list(dict.fromkeys(names)) if names else known
 
 
-def make_op(name: str, elements: int) -> OperatorDesc:
-    """A packed 1-D FLOAT32 descriptor with DirectML's default parameters."""
-    tensor = {"DataType": DataType.FLOAT32.value, "Sizes": [elements]}
-    return parse_operator({"Type": _registry()[name].type_name(), "InputTensor": tensor})
+#: Row lengths at which the softmax family is measured (rows = elements / row length).
+ROW_LENGTHS = (1024, 65536)
+
+
+def cases(names: list[str]) -> list[tuple[str, str, int | None]]:
+    """(label, operator, row length): elementwise operators once, reductions once per row length."""
+    out: list[tuple[str, str, int | None]] = []
+    for name in names:
+        if getattr(_registry()[name], "kind", "elementwise") == "elementwise":
+            out.append((name, name, None))
+        else:
+            out += [(f"{name}/{row}", name, row) for row in ROW_LENGTHS]
+    return out
+
+
+def make_op(name: str, elements: int, row_len: int | None = None) -> OperatorDesc:
+    """A packed FLOAT32 descriptor with DirectML's default parameters: 1-D, or rows of ``row_len``
+    for a reduction; every input tensor alike."""
+    op = _registry()[name]
+    sizes = [elements] if row_len is None else [max(elements // row_len, 1), row_len]
+    tensor = {"DataType": DataType.FLOAT32.value, "Sizes": sizes}
+    return parse_operator({"Type": op.type_name(), **{field: tensor for field in op.input_fields}})
 
 
 class VkBench:
@@ -48,38 +63,26 @@ class VkBench:
 
     def end_to_end(self, op: OperatorDesc, x: np.ndarray) -> Callable[[], np.ndarray]:
         """``execute`` as a caller sees it: copy in, dispatch, copy out into a new array."""
-        return lambda: self.engine.execute(op, [x])
+        inputs = [x] * len(op.inputs)
+        return lambda: self.engine.execute(op, inputs)
 
     def kernel(self, op: OperatorDesc) -> Callable[[], object]:
-        """The dispatch alone, on the pipeline and buffers that a prior ``execute(op, ...)`` created."""
-        algorithm, layout = self._algorithm(op)
-        seq = self.engine._mgr.sequence()
-        seq.record(kp.OpAlgoDispatch(algorithm, _words([layout.count, len(layout.sizes), *op.shader_params()])))
+        """The dispatch alone, on the pipeline and buffers that ``execute(op, ...)`` uses."""
+        prepared = self.engine.prepare(op)
+        seq = self.engine.sequence()
+        seq.record(kp.OpAlgoDispatch(prepared.algorithm, prepared.push))
         return seq.eval
 
     def copy(self, op: OperatorDesc) -> Callable[[], object]:
-        """The copy shader over op's input bytes, from op's input buffer to its output buffer."""
-        e = self.engine
-        capacity = _capacity(op)
+        """The copy shader over op's input bytes, from op's first input buffer to its output buffer."""
+        prepared = self.engine.prepare(op)
+        capacity = prepared.slot.capacity
         units = -(-op.inputs[0].total_bytes // UNIT_BYTES)
         seq = self._copies.get((capacity, units))
         if seq is None:
-            # The engine's workgroup count for a packed slot of this capacity (see Engine._algorithm).
-            per_group = e.settings.local_size * e.units_per_invocation
-            groups = max(1, min(-(-(capacity // UNIT_BYTES) // per_group), e.max_workgroups))
-            tensors = self._algorithm(op)[0].get_tensors()  # [in0, out]
-            spec = np.array([e.settings.local_size], np.uint32)
-            algorithm = e._mgr.algorithm(tensors, self._copy_spirv, (groups, 1, 1), spec, np.array([units], np.uint32))
-            seq = self._copies[(capacity, units)] = e._mgr.sequence()
-            seq.record(kp.OpAlgoDispatch(algorithm))
+            tensors = prepared.algorithm.get_tensors()  # inputs, output (, layout table)
+            groups = self.engine.workgroups(capacity // UNIT_BYTES)
+            algorithm = self.engine.algorithm([tensors[0], tensors[len(op.inputs)]], self._copy_spirv, groups, 1)
+            seq = self._copies[(capacity, units)] = self.engine.sequence()
+            seq.record(kp.OpAlgoDispatch(algorithm, np.array([units], np.uint32)))
         return seq.eval
-
-    def _algorithm(self, op: OperatorDesc) -> tuple[kp.Algorithm, Layout]:
-        """The pipeline Engine.execute built for op (the same key as Engine.execute/_algorithm)."""
-        layout = coalesce((*op.inputs, op.output))
-        variant = Variant(op.shader, op.data_type.info.shader or "", layout.kind, len(op.inputs))
-        return self.engine._algorithms[(variant, _capacity(op), False)], layout
-
-
-def _capacity(op: OperatorDesc) -> int:
-    return bucket(max(d.total_bytes for d in (*op.inputs, op.output)) + UNIT_BYTES)

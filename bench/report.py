@@ -86,13 +86,14 @@ class OpResult:
     copy: Samples                  # the copy runs timed just before this operator's
     end_to_end: Samples
     peers: dict[str, Samples] = field(default_factory=dict)
+    traffic: float = 1.0           # bytes this operator moves per copy byte (2-input operators: 1.5)
 
     @property
     def ratio(self) -> float:
-        """Median over the runs of copy time / kernel time, each kernel run against the copy run just
-        before it: drift slower than one pair cancels, where a ratio of two minima would mix the
-        quietest moment of one with that of the other."""
-        return statistics.median(c / k for c, k in zip(self.copy.seconds, self.kernel.seconds))
+        """Throughput over the copy's: the median over the runs of copy time / kernel time (times the
+        traffic ratio), each kernel run against the copy run just before it: drift slower than one pair
+        cancels, where a ratio of two minima would mix the quietest moment of one with that of the other."""
+        return self.traffic * statistics.median(c / k for c, k in zip(self.copy.seconds, self.kernel.seconds))
 
 
 @dataclass
@@ -127,8 +128,9 @@ def _table(size: SizeResult, peers: list[str]) -> list[str]:
     lines = [_row(head), _row(["---"] * len(head))]
     n = size.nbytes
     for op in size.ops:
-        cells = [f"`{op.name}`", _gbps(op.kernel, n), f"{op.ratio:.2f}", _gbps(op.end_to_end, n, with_median=False)]
-        cells += [_gbps(op.peers[p], n, with_median=False) if p in op.peers else "—" for p in peers]
+        m = round(n * op.traffic)
+        cells = [f"`{op.name}`", _gbps(op.kernel, m), f"{op.ratio:.2f}", _gbps(op.end_to_end, m, with_median=False)]
+        cells += [_gbps(op.peers[p], m, with_median=False) if p in op.peers else "—" for p in peers]
         if numpy:
             cells.append(f"{op.peers['numpy'].best / op.end_to_end.best:.2f}" if "numpy" in op.peers else "—")
         if size.log2 != TARGET_LOG2:

@@ -83,6 +83,17 @@ class EngineStats:
 
 
 @dataclass
+class Prepared:
+    """What one execution dispatches: the pipeline on a slot's buffers and its push constants."""
+
+    algorithm: kp.Algorithm
+    push: np.ndarray
+    slot: _Slot
+    meta: list[int] | None   # the strided kernels' layout table
+    clear: bool              # the output has gaps to zero first
+
+
+@dataclass
 class _Slot:
     """Buffers of one capacity: inputs, output and the strided kernels' layout table."""
 
@@ -164,23 +175,14 @@ class Engine:
             result[:] = arrays[0][: result.nbytes] if in_place else 0
             return result
 
-        groups: int | None = None  # elementwise: the slot's fixed count (see _algorithm)
-        if isinstance(op, ReductionDesc):
-            variant, push, meta, clear, groups = self._reduction(op)
-        else:
-            layout = coalesce((*descs, outd))
-            variant = Variant(op.shader, op.data_type.info.shader or "", layout.kind, len(descs))
-            push = _words([layout.count, len(layout.sizes), *op.shader_params()])
-            meta = None if layout.packed else layout.meta_words()
-            clear = not layout.packed
-        slot = self._slot(min(bucket(max(d.total_bytes for d in (*descs, outd)) + UNIT_BYTES), self._max_binding))
-        algorithm = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
+        prepared = self.prepare(op, in_place)
+        slot, algorithm, push, meta = prepared.slot, prepared.algorithm, prepared.push, prepared.meta
+        clear = prepared.clear
 
         names = [f"in{i}" for i in range(len(descs))]
         out_name = "in0" if in_place else "out"
         for name, data in zip(names, arrays):
             slot.views[name][: data.nbytes] = data
-        clear = clear and not in_place
         if clear:
             slot.views["out"][: outd.total_bytes] = 0  # gaps between strided elements must not leak old data
         if meta is not None:
@@ -205,13 +207,42 @@ class Engine:
         self.stats.bytes_out += result.nbytes
         return result
 
+    def prepare(self, op: OperatorDesc, in_place: bool = False) -> Prepared:
+        """The pipeline, buffers and push constants that ``execute(op, ...)`` dispatches, created on
+        first use and cached: what a benchmark times, without the copies around it."""
+        groups: int | None = None  # elementwise: the slot's fixed count (see workgroups)
+        if isinstance(op, ReductionDesc):
+            variant, push, meta, clear, groups = self._reduction(op)
+        else:
+            layout = coalesce((*op.inputs, op.output))
+            variant = Variant(op.kernel(), op.data_type.info.shader or "", layout.kind, len(op.inputs))
+            push = _words([layout.count, len(layout.sizes), *op.shader_params()])
+            meta = None if layout.packed else layout.meta_words()
+            clear = not layout.packed
+        slot = self._slot(min(bucket(max(d.total_bytes for d in (*op.inputs, op.output)) + UNIT_BYTES), self._max_binding))
+        algorithm = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
+        return Prepared(algorithm, push, slot, meta, clear and not in_place)
+
+    def workgroups(self, units: int) -> int:
+        """Workgroups of an elementwise dispatch over ``units`` (16-byte units, or elements when
+        strided): enough to cover them at units_per_invocation each, within max_workgroups."""
+        return max(1, min(-(-units // (self.settings.local_size * self.units_per_invocation)), self.max_workgroups))
+
+    def algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_words: int) -> kp.Algorithm:
+        """Another kernel on the engine's device and buffers (the benchmark's copy shader)."""
+        spec = np.array([self.settings.local_size], np.uint32)
+        return self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, np.zeros(push_words, np.uint32))
+
+    def sequence(self) -> kp.Sequence:
+        return self._mgr.sequence()
+
     def _reduction(self, op: ReductionDesc) -> tuple[Variant, np.ndarray, list[int] | None, bool, int]:
         """A reduction's variant, push constants, meta table (strided layouts), whether the output
         must be cleared first (it has gaps), and workgroup count."""
         if not self.device.subgroup_reductions:
             raise UnsupportedOnDevice(f"{op.type_name()} needs subgroup shuffles in compute shaders; {self.device.name} lacks them", "Type")
         rl = row_layout((*op.inputs, op.output), op.reduced_axes())
-        variant = Variant(op.shader, op.data_type.info.shader or "", rl.kind, len(op.inputs), op.kind)
+        variant = Variant(op.kernel(), op.data_type.info.shader or "", rl.kind, len(op.inputs), op.kind)
         cluster, groups = self._row_split(rl, op.data_type.info.size)
         push = _words([rl.rows, rl.row_len, cluster, rl.row_stride, len(rl.outer), len(rl.inner)])
         clear = op.output.strides != packed_strides(op.output.Sizes)
@@ -336,11 +367,8 @@ class Engine:
             names.append("meta")
         tensors = [self._tensor(slot, n) for n in names]
         if groups is None:  # elementwise: enough groups to cover the slot
-            if variant.layout == "PACKED":
-                units = slot.capacity // UNIT_BYTES
-            else:
-                units = slot.capacity // itemsize  # one element per invocation and step
-            groups = max(1, min(-(-units // (self.settings.local_size * self.units_per_invocation)), self.max_workgroups))
+            units = slot.capacity // (UNIT_BYTES if variant.layout == "PACKED" else itemsize)
+            groups = self.workgroups(units)
         spec = np.array([self.settings.local_size], np.uint32)
         algorithm = self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, _words([]))
         self._algorithms[key] = algorithm
