@@ -237,7 +237,11 @@ class DeviceWorker:
         except BaseException:
             job.release()
             raise
-        self._queue.put_nowait(job)
+        if self._queue.empty() and not self._window.locked() and self._ready.is_set():
+            await self._window.acquire()  # free: this returns at once, with no task hop
+            self._send(job)
+        else:
+            self._queue.put_nowait(job)
         try:
             kernel_seconds = await job.future
         except BaseException:
@@ -262,14 +266,18 @@ class DeviceWorker:
             if job.future.done():
                 self._window.release()
                 continue
-            job.started_at = time.perf_counter()
-            self._inflight[job.id] = job
-            self.dispatched += 1
-            try:
-                assert self._conn is not None
-                self._conn.send(("run", job.id, job.op, job.slot.mapping.path, job.slot.mapping.size, job.inputs, job.output, job.in_place))
-            except OSError as exc:  # the worker is gone; _on_exit fails the job
-                log.warning("sending job %d failed: %s", job.id, exc)
+            self._send(job)
+
+    def _send(self, job: _Job) -> None:
+        """Hand ``job`` to the worker process; the caller holds a place in the in-flight window."""
+        job.started_at = time.perf_counter()
+        self._inflight[job.id] = job
+        self.dispatched += 1
+        try:
+            assert self._conn is not None
+            self._conn.send(("run", job.id, job.op, job.slot.mapping.path, job.slot.mapping.size, job.inputs, job.output, job.in_place))
+        except OSError as exc:  # the worker is gone; _on_exit fails the job
+            log.warning("sending job %d failed: %s", job.id, exc)
 
     def _forget(self, path: str) -> None:
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
@@ -279,31 +287,32 @@ class DeviceWorker:
                 pass
 
     def _on_message(self) -> None:
+        """One reply per call: the pipe is level-triggered, so a second buffered reply calls again
+        (cheaper than Connection.poll, which builds a selector each time)."""
         assert self._conn is not None
-        while self._conn.poll():
-            try:
-                msg = self._conn.recv()
-            except (EOFError, OSError):
-                asyncio.get_running_loop().remove_reader(self._conn.fileno())
-                return
-            kind = msg[0]
-            if kind == "ready":
-                self.info = msg[1]
-                self._ready.set()
-                log.info("device worker ready: %s", self.info["device"]["name"])
-                continue
-            job = self._inflight.pop(msg[1], None)
-            self._window.release()
-            if job is None:
-                continue
-            if job.future.done():  # the client left while the device worked
-                job.release()
-            elif kind == "done":
-                job.future.set_result(msg[2])
-            else:
-                _, _, cls, message, fieldname = msg
-                job.release()
-                job.future.set_exception(_error(cls, message, fieldname))
+        try:
+            msg = self._conn.recv()
+        except (EOFError, OSError):
+            asyncio.get_running_loop().remove_reader(self._conn.fileno())
+            return
+        kind = msg[0]
+        if kind == "ready":
+            self.info = msg[1]
+            self._ready.set()
+            log.info("device worker ready: %s", self.info["device"]["name"])
+            return
+        job = self._inflight.pop(msg[1], None)
+        self._window.release()
+        if job is None:
+            return
+        if job.future.done():  # the client left while the device worked
+            job.release()
+        elif kind == "done":
+            job.future.set_result(msg[2])
+        else:
+            _, _, cls, message, fieldname = msg
+            job.release()
+            job.future.set_exception(_error(cls, message, fieldname))
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()

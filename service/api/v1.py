@@ -34,11 +34,12 @@ from .execution import binary_frame, read_body, record_success, run_on_device
 router = APIRouter(prefix="/v1", tags=["v1"])
 
 
-def _worker(request: Request) -> DeviceWorker:
+# async: FastAPI runs a plain def dependency in its thread pool, two thread hops per request.
+async def _worker(request: Request) -> DeviceWorker:
     return request.app.state.worker
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
