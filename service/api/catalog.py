@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..descriptors import IMPLEMENTED_LEVEL
+from ..descriptors.datatypes import NO_KERNEL
 from ..operators import OPERATORS, OperatorDesc, short_name
 
 
@@ -40,6 +41,10 @@ def operator_entry(op: type[OperatorDesc]) -> dict[str, Any]:
         "data_types_on_device": sorted(
             t.value for t in op.support.at(IMPLEMENTED_LEVEL).data_types if t.info.shader  # type: ignore[union-attr]
         ),
+        # accepted (ONNX's types beyond DirectML's) but with no kernel on this build, and why
+        "data_types_without_kernel": [
+            {"data_type": t.value, "reason": NO_KERNEL} for t in sorted(op.accepted_types(), key=lambda t: t.value) if not t.info.shader
+        ],
     }
 
 

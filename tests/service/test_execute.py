@@ -82,6 +82,10 @@ def test_catalog_and_device(http):
     assert shrink["type"] == "DML_OPERATOR_ACTIVATION_SHRINK" and shrink["introduced"] == "DML_FEATURE_LEVEL_2_0"
     assert shrink["fields"] == [{"name": "Bias", "type": "float", "default": 0.0}, {"name": "Threshold", "type": "float", "default": 0.5}]
     assert shrink["in_place"] and shrink["support"][-1]["dimension_counts"] == [1, 8]
+    assert {t["data_type"] for t in shrink["data_types_without_kernel"]} == {
+        "DML_TENSOR_DATA_TYPE_INT64", "DML_TENSOR_DATA_TYPE_UINT64", "DML_TENSOR_DATA_TYPE_FLOAT64"}
+    assert "DML_TENSOR_DATA_TYPE_UINT8" in shrink["data_types_on_device"]
+    assert by_name["celu"]["data_types_without_kernel"] == []
     device = http.get("/v1/device").json()
     assert device["cpu"] and device["limits"]["max_workgroup_count"] == 65535
     assert device["limits"]["max_buffer_bytes"] == 1 << 27 and device["limits"]["max_tensor_bytes"] == (1 << 27) - 16 and device["feature_level"] == "DML_FEATURE_LEVEL_6_4"
