@@ -1,4 +1,4 @@
-"""``python -m bench [--only kernels|service] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
+"""``python -m bench [--only kernels|service|v2] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
 from __future__ import annotations
 
 import argparse
@@ -29,9 +29,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m bench",
         description="Kernel and end-to-end throughput of every operator against the device's copy ceiling, "
         "a host memcpy and CPU peers; then the HTTP service end to end (latency, requests/s, 16 MiB "
-        "throughput) against a bare uvicorn echo and a raw loopback socket; writes a Markdown report.")
-    parser.add_argument("--only", choices=("kernels", "service"), default=None,
-                        help="run one part only (default: kernels, then service)")
+        "throughput) against a bare uvicorn echo and a raw loopback socket; then /v2 with tritonclient against "
+        "MLServer and the echo; writes a Markdown report.")
+    parser.add_argument("--only", choices=("kernels", "service", "v2"), default=None,
+                        help="run one part only (default: kernels, then service, then v2)")
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="kernels: log2 element counts (default 20,24)")
     parser.add_argument("--repeat", type=int, default=10, help=f"kernels: timed runs of each measurement, after {WARMUP} warm-up runs")
     parser.add_argument("--ops", type=_csv, default=None, help="kernels: operators by short name, e.g. shrink,celu (default: all)")
@@ -149,12 +150,23 @@ def run_service(args: argparse.Namespace) -> None:
     _write(args.out, d["name"], service_section(d["name"], header, result), "service")
 
 
+def run_v2(args: argparse.Namespace) -> None:
+    from . import v2
+
+    result = v2.run()
+    name = result.device["name"]
+    _write(args.out, name, v2.section(name, v2.header(result, _machine()), result), "v2")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
-    if args.only != "service":
+    parts = [args.only] if args.only else ["kernels", "service", "v2"]
+    if "kernels" in parts:
         run_kernels(args)
-    if args.only != "kernels":
+    if "service" in parts:
         run_service(args)
+    if "v2" in parts:
+        run_v2(args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""bench/RESULTS.md: a preamble, then per Vulkan device a kernel section and a service section, each
-between HTML comment markers. A run rewrites the preamble and the sections it measured; other sections
-are kept verbatim (text outside any section is not: the bench owns the file)."""
+"""bench/RESULTS.md: a preamble, then per Vulkan device a kernel section, a service section and a /v2
+section (rendered by bench/v2.py), each between HTML comment markers. A run rewrites the preamble and
+the sections it measured; other sections are kept verbatim (text outside any section is not: the bench
+owns the file)."""
 from __future__ import annotations
 
 import re
@@ -20,9 +21,9 @@ TARGET_LATENCY = 1.5       # vkact's 1,024-element requests: p50 at most this mu
 
 PREAMBLE = f"""# vkact benchmark
 
-Written by `make bench` (`python -m bench`; `--only kernels` or `--only service` runs one part). Each
-Vulkan device has a kernel section and a service section; a run replaces only the sections it
-measured, on the device it ran on.
+Written by `make bench` (`python -m bench`; `--only kernels`, `--only service` or `--only v2` runs one
+part). Each Vulkan device has a kernel section, a service section and an Open Inference Protocol
+section; a run replaces only the sections it measured, on the device it ran on.
 
 ## Kernels
 
@@ -74,9 +75,34 @@ a free loopback port) next to two ceilings measured in the same run (`bench/serv
   requests with p50 ≤ {TARGET_LATENCY:g}× the echo's p50 (PASS or BELOW).
 - The clients, both servers, vkact's device worker and the raw socket's peer share the machine's
   CPUs (and with whatever else runs there: see the load average in each section's header).
+
+## Open Inference Protocol (`/v2`) against MLServer
+
+`POST /v2/models/shrink/infer` of the real service driven by `tritonclient.http` (`bench/v2.py`), next
+to [Seldon MLServer](https://github.com/SeldonIO/MLServer) serving the same operator with numpy
+(`bench/mlserver_model.py`, a custom runtime: `NumpyCodec` in, numpy SHRINK in float32, `NumpyCodec`
+out) on the same machine, and next to the bare echo, all measured in one run:
+
+- **vkact `/v2`, binary**: tritonclient's default, Triton's binary tensor data for the input and the
+  output. **JSON**: `binary_data=False` for both, like for like with MLServer, whose HTTP path has
+  JSON only (no binary extension). MLServer runs from its own virtual environment
+  (`.cache/bench-mlserver-venv`, made on the first run: it pins fastapi, pydantic and uvicorn
+  versions of its own); when it cannot be installed or started, the section says why. Two MLServers
+  run side by side: `parallel_workers` 1 (its default: inference in a worker process fed through a
+  queue) and 0 (inference in the HTTP server's process, faster for a model this light on few cores).
+- **bare echo**: `bench/echo.py` sent tritonclient's binary request for vkact byte for byte, through
+  tritonclient's own transport (geventhttpclient): the HTTP ceiling.
+- Every timed request is `InferenceServerClient.infer` plus `as_numpy` of the output (the echo's:
+  a POST and the body read). Requests, latency blocks, the 8 client processes and the 16 MiB sizes
+  are those of the service section; requests/s: 2 rounds of 8 × 150 requests per target. 16 MiB:
+  the echo and vkact binary alternate; the JSON targets run in blocks (seconds per request).
+  Every target's answer is checked against numpy once before it is timed.
+- **targets**: vkact `/v2` (binary) serves ≥ 2× MLServer's requests/s with 8 concurrent clients on
+  1,024-element requests, and ≥ 5× its throughput on 16 MiB tensors, against the faster of the two
+  MLServers in each measurement (PASS or BELOW).
 """
 
-_SECTION = re.compile(r"<!-- (?P<kind>device|service): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
+_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
 
 
 @dataclass
