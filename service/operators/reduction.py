@@ -66,8 +66,8 @@ class ReductionDesc(ActivationDesc):
     in_place: ClassVar[bool] = False
 
     def reduced_axes(self) -> tuple[int, ...]:
-        """The reduced dimensions, increasing."""
-        raise NotImplementedError
+        """The reduced dimensions, increasing (LastAxisReduction and the Axes operators define it)."""
+        raise TypeError(f"{type(self).__name__} defines no reduced axes")
 
 
 class LastAxisReduction(ReductionDesc):
