@@ -300,15 +300,22 @@ def concurrent(targets: dict[str, tuple[str, Payload]]) -> dict[str, Rate]:
     of its rounds' wall times (the first client's start to the last one's end)."""
     keys = [key for _ in range(CONCURRENT_ROUNDS) for key in targets]
     phases = [(targets[k][0], targets[k][1].body, targets[k][1].headers, CONCURRENT_EACH) for k in keys]
+    return run_load_clients(_load_client, (phases,), keys, "bench-client")
+
+
+def run_load_clients(client: Callable[..., None], args: tuple, phase_keys: list[str], name: str) -> dict[str, Rate]:
+    """Start CLIENTS processes running ``client(index, *args, barrier, results)``, each reporting one
+    (index, phase, start, end, latencies) tuple per phase (phase -1 with an error message on failure),
+    and sum them into one Rate per key of ``phase_keys`` (the key of each phase, in order)."""
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(CLIENTS, timeout=BARRIER_TIMEOUT_S), ctx.Queue()
-    procs = [ctx.Process(target=_load_client, args=(i, phases, barrier, results), name=f"bench-client-{i}", daemon=True)
+    procs = [ctx.Process(target=client, args=(i, *args, barrier, results), name=f"{name}-{i}", daemon=True)
              for i in range(CLIENTS)]
     for proc in procs:
         proc.start()
     got: list[tuple] = []
     try:
-        while len(got) < CLIENTS * len(phases):
+        while len(got) < CLIENTS * len(phase_keys):
             try:
                 got.append(results.get(timeout=1))
             except queue.Empty:
@@ -323,9 +330,9 @@ def concurrent(targets: dict[str, tuple[str, Payload]]) -> dict[str, Rate]:
                 proc.kill()
     errors = [r[4] for r in got if r[1] < 0]
     if errors:
-        raise RuntimeError(f"a load client failed: {errors[0]}")
-    rates = {key: Rate() for key in targets}
-    for phase, key in enumerate(keys):
+        raise RuntimeError(f"a load client ({name}) failed: {errors[0]}")
+    rates = {key: Rate() for key in dict.fromkeys(phase_keys)}
+    for phase, key in enumerate(phase_keys):
         mine = [r for r in got if r[1] == phase]
         rate = rates[key]
         rate.seconds += max(r[3] for r in mine) - min(r[2] for r in mine)

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
-import multiprocessing as mp
 import os
-import queue
 import shutil
 import signal
 import subprocess
@@ -332,39 +330,7 @@ def concurrent(targets: list[Target], x: np.ndarray) -> dict[str, svc.Rate]:
     turn over CONCURRENT_ROUNDS rounds; requests/s: all of a target's requests over the summed wall
     times of its rounds (first client's start to last client's end), as bench/service.py counts them."""
     phases = [(t, CONCURRENT_EACH) for _ in range(CONCURRENT_ROUNDS) for t in targets]
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(CLIENTS, timeout=svc.BARRIER_TIMEOUT_S), ctx.Queue()
-    procs = [ctx.Process(target=_load_client, args=(i, phases, x, barrier, results), name=f"bench-v2-client-{i}",
-                         daemon=True) for i in range(CLIENTS)]
-    for proc in procs:
-        proc.start()
-    got: list[tuple] = []
-    try:
-        while len(got) < CLIENTS * len(phases):
-            try:
-                got.append(results.get(timeout=1))
-            except queue.Empty:
-                if all(not proc.is_alive() for proc in procs) and results.empty():
-                    raise RuntimeError("the load clients exited before reporting all their requests") from None
-            if got and got[-1][1] < 0:
-                break
-    finally:
-        for proc in procs:
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-    errors = [r[4] for r in got if r[1] < 0]
-    if errors:
-        raise RuntimeError(f"a v2 load client failed: {errors[0]}")
-    rates = {t.key: svc.Rate() for t in targets}
-    for phase, (target, _) in enumerate(phases):
-        mine = [r for r in got if r[1] == phase]
-        rate = rates[target.key]
-        rate.seconds += max(r[3] for r in mine) - min(r[2] for r in mine)
-        for r in mine:
-            rate.requests += len(r[4])
-            rate.latency.seconds += r[4]
-    return rates
+    return svc.run_load_clients(_load_client, (phases, x), [t.key for t, _ in phases], "bench-v2-client")
 
 
 # -- perf_analyzer ----------------------------------------------------------------------------------

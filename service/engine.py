@@ -31,7 +31,7 @@ from .buckets import bucket
 from .config import Settings
 from .descriptors import packed_strides
 from .errors import InvalidRequest, UnsupportedOnDevice
-from .layout import Layout, RowLayout, coalesce, row_layout
+from .layout import RowLayout, coalesce, row_layout
 from .operators import OperatorDesc
 from .operators.reduction import ReductionDesc
 from .shaders import ShaderCompiler, Variant, all_variants

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from client.codec import (
     BINARY_CONTENT_TYPE,
     HEADER_LENGTH,
-    CodecError,
     Encoding,
     binary_slices,
     decode_data,
