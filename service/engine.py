@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -59,6 +59,8 @@ CPU_WORKGROUP_ROW_LEN = 1 << 18
 # runs more than LOOP_BUDGET iterations.
 LOOP_BUDGET = 32768
 REDUCTION_UNROLL = 4
+# Keyed executions keep their plan and a recorded command buffer; this many, least recently used out.
+MAX_PLANS = 256
 
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuffer reads
 
@@ -91,6 +93,20 @@ class Prepared:
     slot: _Slot
     meta: list[int] | None   # the strided kernels' layout table
     clear: bool              # the output has gaps to zero first
+
+
+@dataclass
+class _Plan:
+    """One checked execution of an operator: its Prepared dispatch, the slot tensors it reads and
+    writes, and (keyed executions) its command buffer, recorded once and replayed."""
+
+    prepared: Prepared
+    inputs: list[str]         # slot tensor names of the input tensors
+    output_name: str
+    uploads: list[kp.Tensor]  # what the device reads (synced first on device memory)
+    output: kp.Tensor
+    span: int                 # output bytes from the first to one past the last element
+    sequence: kp.Sequence | None = None
 
 
 @dataclass
@@ -131,6 +147,7 @@ class Engine:
         self._algorithms: dict[tuple, kp.Algorithm] = {}  # (variant, capacity, in_place[, groups])
         self._pool_bytes = 0
         self._seq = self._mgr.sequence()
+        self._plans: OrderedDict[tuple[Hashable, bool], _Plan] = OrderedDict()
         self.stats = EngineStats()
 
     # -- set-up -------------------------------------------------------------------------------------
@@ -142,6 +159,7 @@ class Engine:
 
     def close(self) -> None:
         """Free every Vulkan object; the engine cannot be used afterwards."""
+        self._plans.clear()
         self._algorithms.clear()
         self._slots.clear()
         self._seq = None
@@ -156,56 +174,82 @@ class Engine:
         *,
         in_place: bool = False,
         out: Buffer | None = None,
+        key: Hashable | None = None,
     ) -> np.ndarray:
         """Run ``op`` on raw input buffers laid out as its input descriptors say.
 
         Returns the output buffer (OutputTensor.TotalTensorSizeInBytes bytes, uint8), written into
         ``out`` when given. Bytes of the output buffer that hold no element are zero, except in place,
         where they keep the input's bytes (the output is the input buffer).
+
+        ``key`` names ``op`` for the plan cache: the same key must always come with an equal ``op``
+        (the device worker passes the descriptor's pickled bytes). A keyed call replays a command
+        buffer recorded on its first run, skipping the layout, push constants and recording.
         """
         if threading.get_ident() != self._owner:
             raise RuntimeError("an Engine is used only by the thread that created it (kp has no locks)")
-        descs = op.inputs
+        arrays = self._check_inputs(op, inputs)
         outd = op.output
-        arrays = self._check_inputs(op, inputs, in_place)
         result = np.frombuffer(out, np.uint8) if out is not None else np.empty(outd.total_bytes, np.uint8)
         if result.nbytes != outd.total_bytes or result.flags.writeable is False:
             raise InvalidRequest(f"output buffer must be {outd.total_bytes} writable bytes", "OutputTensor")
         if outd.element_count == 0:
+            op.check_execution(in_place, self.max_tensor_bytes)
             result[:] = arrays[0][: result.nbytes] if in_place else 0
             return result
 
-        prepared = self.prepare(op, in_place)
-        slot, algorithm, push, meta = prepared.slot, prepared.algorithm, prepared.push, prepared.meta
-        clear = prepared.clear
+        plan = self._plan(op, in_place, key)
+        views = plan.prepared.slot.views
+        for name, data in zip(plan.inputs, arrays):
+            views[name][: data.nbytes] = data
+        if plan.prepared.clear:
+            views["out"][: outd.total_bytes] = 0  # gaps between strided elements must not leak old data
+        if plan.prepared.meta is not None:
+            views["meta"].view(np.uint32)[: len(plan.prepared.meta)] = plan.prepared.meta
 
-        names = [f"in{i}" for i in range(len(descs))]
-        out_name = "in0" if in_place else "out"
-        for name, data in zip(names, arrays):
-            slot.views[name][: data.nbytes] = data
-        if clear:
-            slot.views["out"][: outd.total_bytes] = 0  # gaps between strided elements must not leak old data
-        if meta is not None:
-            slot.views["meta"].view(np.uint32)[: len(meta)] = meta
-
-        uploads = [slot.tensors[n] for n in names] + ([] if meta is None else [slot.tensors["meta"]])
-        if clear:
-            uploads.append(slot.tensors["out"])
         started = time.perf_counter()
-        self._run(algorithm, push, uploads, slot.tensors[out_name])
+        if plan.sequence is not None:
+            plan.sequence.eval()
+        else:
+            self._run(plan.prepared.algorithm, plan.prepared.push, plan.uploads, plan.output)
         self.stats.kernel_seconds += time.perf_counter() - started
         self.stats.dispatches += 1
 
-        view = slot.views[out_name]
+        view = views[plan.output_name]
         if in_place:
             result[:] = view[: result.nbytes]
         else:
-            span = outd.span_bytes()
+            span = plan.span
             result[:span] = view[:span]
             result[span:] = 0
         self.stats.bytes_in += sum(a.nbytes for a in arrays)
         self.stats.bytes_out += result.nbytes
         return result
+
+    def _plan(self, op: OperatorDesc, in_place: bool, key: Hashable | None) -> _Plan:
+        """What one execution of ``op`` needs, checked; cached (with its recorded command buffer)
+        under ``key`` until a slot is evicted."""
+        if key is not None:
+            plan = self._plans.get((key, in_place))
+            if plan is not None:
+                self._plans.move_to_end((key, in_place))
+                self._slots.move_to_end(plan.prepared.slot.capacity)
+                return plan
+        op.check_execution(in_place, self.max_tensor_bytes)
+        prepared = self.prepare(op, in_place)
+        slot = prepared.slot
+        names = [f"in{i}" for i in range(len(op.inputs))]
+        out_name = "in0" if in_place else "out"
+        uploads = [slot.tensors[n] for n in names] + ([] if prepared.meta is None else [slot.tensors["meta"]])
+        if prepared.clear:
+            uploads.append(slot.tensors["out"])
+        plan = _Plan(prepared, names, out_name, uploads, slot.tensors[out_name], op.output.span_bytes())
+        if key is not None:
+            plan.sequence = self._record(prepared.algorithm, prepared.push, uploads, plan.output, self._mgr.sequence())
+            self._plans[(key, in_place)] = plan
+            while len(self._plans) > MAX_PLANS:
+                self._plans.popitem(last=False)
+        return plan
 
     def prepare(self, op: OperatorDesc, in_place: bool = False) -> Prepared:
         """The pipeline, buffers and push constants that ``execute(op, ...)`` dispatches, created on
@@ -299,16 +343,19 @@ class Engine:
         return (0 if whole else cluster), max(1, groups)
 
     def _run(self, algorithm: kp.Algorithm, push: np.ndarray, uploads: list[kp.Tensor], output: kp.Tensor) -> None:
-        seq = self._seq
-        seq.clear()
+        self._seq.clear()
+        self._record(algorithm, push, uploads, output, self._seq).eval()
+
+    def _record(self, algorithm: kp.Algorithm, push: np.ndarray, uploads: list[kp.Tensor], output: kp.Tensor, seq: kp.Sequence) -> kp.Sequence:
+        """Record one execution into ``seq``: uploads (device memory), the dispatch, the download."""
         if self.memory == "device":
             seq.record(kp.OpTensorSyncDevice(uploads))
         seq.record(kp.OpAlgoDispatch(algorithm, push))
         if self.memory == "device":
             seq.record(kp.OpTensorSyncLocal([output]))
-        seq.eval()
+        return seq
 
-    def _check_inputs(self, op: OperatorDesc, inputs: Sequence[Buffer], in_place: bool) -> list[np.ndarray]:
+    def _check_inputs(self, op: OperatorDesc, inputs: Sequence[Buffer]) -> list[np.ndarray]:
         if len(inputs) != len(op.input_fields):
             raise InvalidRequest(f"{op.type_name()} takes {len(op.input_fields)} input tensor(s), got {len(inputs)}")
         arrays = []
@@ -317,7 +364,6 @@ class Engine:
             if array.nbytes != desc.total_bytes:
                 raise InvalidRequest(f"{name} data is {array.nbytes} bytes; its TotalTensorSizeInBytes is {desc.total_bytes}", name)
             arrays.append(array)
-        op.check_execution(in_place, self.max_tensor_bytes)
         return arrays
 
     # -- pools --------------------------------------------------------------------------------------
@@ -345,6 +391,7 @@ class Engine:
 
     def _evict(self, capacity: int) -> None:
         slot = self._slots.pop(capacity)
+        self._plans.clear()  # a cached plan may use this slot
         for key in [k for k in self._algorithms if k[1] == capacity]:
             self._algorithms.pop(key).destroy()
         for name, tensor in slot.tensors.items():

@@ -15,7 +15,9 @@ import logging
 import mmap
 import multiprocessing as mp
 import os
+import pickle
 import tempfile
+from collections import OrderedDict
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -30,6 +32,8 @@ from .operators import OperatorDesc
 
 log = logging.getLogger("vkact.worker")
 ALIGN = 64
+PROTOCOL = pickle.HIGHEST_PROTOCOL  # messages are plain tuples: pickle, not multiprocessing's ForkingPickler
+OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes
 IN_FLIGHT = 2          # jobs handed to the worker at once: one running, one ready to start
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
@@ -145,6 +149,7 @@ class _Job:
     output: tuple[int, int]
     in_place: bool
     future: asyncio.Future = field(repr=False)
+    key: bytes = b""  # the pickled descriptor: what crosses to the worker, and its plan cache key
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
     released: bool = False
@@ -220,8 +225,10 @@ class DeviceWorker:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def run(self, op: OperatorDesc, inputs: list[np.ndarray], in_place: bool) -> Result:
-        """Queue ``op`` on the device; raises Busy when the queue is full."""
+    async def run(self, op: OperatorDesc, inputs: list[np.ndarray], in_place: bool, key: bytes | None = None) -> Result:
+        """Queue ``op`` on the device; raises Busy when the queue is full. ``key`` is ``op`` pickled
+        (``pickled(op)``), for callers that keep it: the worker caches descriptors and their
+        recorded command buffers by it."""
         sizes = [a.nbytes for a in inputs]
         offsets, cursor = [], 0
         for n in sizes:
@@ -230,7 +237,7 @@ class DeviceWorker:
         out_bytes = op.output.total_bytes
         output = offsets[0] if in_place else (cursor, out_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
-        job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future())
+        job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or pickled(op))
         try:
             for (offset, n), data in zip(offsets, inputs):
                 await copy_into(slot.mapping.array[offset : offset + n], data)
@@ -275,7 +282,7 @@ class DeviceWorker:
         self.dispatched += 1
         try:
             assert self._conn is not None
-            self._conn.send(("run", job.id, job.op, job.slot.mapping.path, job.slot.mapping.size, job.inputs, job.output, job.in_place))
+            self._conn.send_bytes(pickle.dumps(("run", job.id, job.key, job.slot.mapping.path, job.slot.mapping.size, job.inputs, job.output, job.in_place), PROTOCOL))
         except OSError as exc:  # the worker is gone; _on_exit fails the job
             log.warning("sending job %d failed: %s", job.id, exc)
 
@@ -334,6 +341,11 @@ class DeviceWorker:
         loop.call_later(min(0.1 * 2 ** min(self.restarts, 6), 5.0), self.start)
 
 
+def pickled(op: OperatorDesc) -> bytes:
+    """The bytes that name ``op`` to the worker (equal descriptors pickle equal within one process)."""
+    return pickle.dumps(op, PROTOCOL)
+
+
 def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
     from . import errors
 
@@ -348,12 +360,16 @@ def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
 # -- the worker process -----------------------------------------------------------------------------
 
 
-def _execute(engine, mapping: _Mapping, op: OperatorDesc, inputs: list, output: tuple[int, int], in_place: bool) -> float:
+def _execute(engine, mapping: _Mapping, op: OperatorDesc, key: bytes, inputs: list, output: tuple[int, int], in_place: bool) -> float:
     """One job; its views of the mapping die with this frame, so a later 'forget' can unmap it."""
     array = mapping.array
     before = engine.stats.kernel_seconds
-    engine.execute(op, [array[o : o + n] for o, n in inputs], in_place=in_place, out=array[output[0] : output[0] + output[1]])
+    engine.execute(op, [array[o : o + n] for o, n in inputs], in_place=in_place, out=array[output[0] : output[0] + output[1]], key=key)
     return engine.stats.kernel_seconds - before
+
+
+def _reply(conn: Connection, *msg: Any) -> None:
+    conn.send_bytes(pickle.dumps(msg, PROTOCOL))
 
 
 def _worker_main(conn: Connection, settings: dict) -> None:
@@ -374,6 +390,7 @@ def _worker_main(conn: Connection, settings: dict) -> None:
         "pid": os.getpid(),
     }))
     mappings: dict[str, _Mapping] = {}
+    ops: OrderedDict[bytes, OperatorDesc] = OrderedDict()
     while True:
         try:
             msg = conn.recv()
@@ -386,15 +403,20 @@ def _worker_main(conn: Connection, settings: dict) -> None:
             if m is not None:
                 m.close()
             continue
-        _, job_id, op, path, size, inputs, output, in_place = msg
+        _, job_id, key, path, size, inputs, output, in_place = msg
         try:
+            op = ops.get(key)
+            if op is None:
+                op = ops[key] = pickle.loads(key)
+                if len(ops) > OPS_CACHED:
+                    ops.popitem(last=False)
             mapping = mappings.get(path)
             if mapping is None:
                 mapping = mappings[path] = _Mapping(path, size, False)
-            conn.send(("done", job_id, _execute(engine, mapping, op, inputs, output, in_place)))
+            _reply(conn, "done", job_id, _execute(engine, mapping, op, key, inputs, output, in_place))
         except VkactError as exc:
-            conn.send(("error", job_id, type(exc).__name__, exc.message, exc.field))
+            _reply(conn, "error", job_id, type(exc).__name__, exc.message, exc.field)
         except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
             log.exception("job %d failed", job_id)
-            conn.send(("error", job_id, "DeviceFailure", f"device failure: {exc}", None))
+            _reply(conn, "error", job_id, "DeviceFailure", f"device failure: {exc}", None)
     engine.close()

@@ -1,6 +1,8 @@
 """Shared test helpers: descriptors from arrays, running an operator on arrays, ulp comparison."""
 from __future__ import annotations
 
+import pickle
+
 from typing import Any
 
 import numpy as np
@@ -33,10 +35,11 @@ def make_op(kind: str, dtype: Any, sizes: tuple[int, ...], strides=None, out_str
     return parse_operator(body)
 
 
-def run(engine: Engine, op: OperatorDesc, *arrays: np.ndarray, in_place: bool = False) -> np.ndarray:
-    """Lay ``arrays`` out as the input descriptors say, execute, and read the output tensor back."""
+def run(engine: Engine, op: OperatorDesc, *arrays: np.ndarray, in_place: bool = False, keyed: bool = False) -> np.ndarray:
+    """Lay ``arrays`` out as the input descriptors say, execute, and read the output tensor back;
+    ``keyed``: through the engine's plan cache, keyed as the device worker keys it."""
     buffers = [to_buffer(a, d.Strides, d.total_bytes) for a, d in zip(arrays, op.inputs)]
-    out = engine.execute(op, buffers, in_place=in_place)
+    out = engine.execute(op, buffers, in_place=in_place, key=pickle.dumps(op) if keyed else None)
     assert out.nbytes == op.output.total_bytes
     return np.array(view(out, arrays[0].dtype, op.output.Sizes, op.output.strides))
 

@@ -21,15 +21,15 @@ WORKLOAD = [  # (kind, dtype, sizes, input strides, in place)
 ]
 
 
-def run_workload(engine: Engine, scale: int = 0) -> None:
-    rng = np.random.default_rng(scale)
+def run_workload(engine: Engine, scale: int = 0, keyed: bool = False, seed: int | None = None) -> None:
+    rng = np.random.default_rng(scale if seed is None else seed)
     for kind, dtype, sizes, strides, in_place in WORKLOAD:
         sizes = (sizes[0] - scale,) + sizes[1:]
         x = rng.standard_normal(sizes).astype(dtype)
         if strides and 0 in strides:
             x = np.broadcast_to(x[:1], sizes).copy()
         op = make_op(kind, dtype, sizes, strides)
-        assert_matches(run(engine, op, x, in_place=in_place), op.reference(x), 4 if dtype is np.float32 else 1)
+        assert_matches(run(engine, op, x, in_place=in_place, keyed=keyed), op.reference(x), 4 if dtype is np.float32 else 1)
 
 
 def test_warm_calls_create_no_pipeline_and_allocate_no_buffer(engine):
@@ -41,6 +41,34 @@ def test_warm_calls_create_no_pipeline_and_allocate_no_buffer(engine):
     run_workload(engine, scale=1)  # other sizes in the same capacity buckets reuse them too
     assert (engine.stats.pipelines_created, engine.stats.buffers_allocated) == warm
     assert engine.stats.dispatches == dispatches + 4 * len(WORKLOAD)
+
+
+@pytest.mark.parametrize("memory", ["host", "device"])
+def test_keyed_calls_replay_their_recorded_command_buffer_on_new_data(memory):
+    """The worker's path: a plan and command buffer per descriptor, recorded once; every replay reads
+    the new input (fresh random data each round), and nothing is created after the first round."""
+    engine = Engine(Settings(memory=memory))
+    try:
+        run_workload(engine, keyed=True)
+        warm = (engine.stats.pipelines_created, engine.stats.buffers_allocated, len(engine._plans))
+        for seed in range(1, 4):
+            run_workload(engine, keyed=True, seed=seed)
+        assert (engine.stats.pipelines_created, engine.stats.buffers_allocated, len(engine._plans)) == warm
+    finally:
+        engine.close()
+
+
+def test_eviction_drops_the_plans_that_used_the_slot():
+    engine = Engine(Settings(pool_bytes=1 << 20))
+    try:
+        for n in (50_000, 10_000, 70_000, 50_000, 10_000):
+            x = np.linspace(-4, 4, n, dtype=np.float32)
+            op = make_op("SOFTSIGN", np.float32, (n,))
+            assert_matches(run(engine, op, x, keyed=True), op.reference(x), 2)
+            assert all(plan.prepared.slot.capacity in engine._slots for plan in engine._plans.values())
+        assert engine.stats.slots_evicted > 0
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("nbytes", [1, 4096, 4097, 5000, 65536, 65537, (1 << 26) + 12])
