@@ -127,19 +127,26 @@ def encode_frame(header: dict, buffers: Sequence[Bytes]) -> tuple[list[Bytes], i
 
 def split_frame(body: Bytes, header_length: str | None) -> tuple[dict, memoryview]:
     """(header, the bytes after it) of a body; without a header length the whole body is JSON."""
+    raw, tail = frame_parts(body, header_length)
+    return parse_header(raw), tail
+
+
+def frame_parts(body: Bytes, header_length: str | None) -> tuple[memoryview, memoryview]:
+    """(the JSON header's bytes, the bytes after it) of a body, not parsed yet."""
     view = memoryview(body).cast("B")
     if header_length is None:
-        return _json(view), view[len(view):]
+        return view, view[len(view):]
     try:
         n = int(header_length)
     except ValueError:
         raise CodecError(f"{HEADER_LENGTH} must be an integer, got {header_length!r}", HEADER_LENGTH) from None
     if not 0 <= n <= len(view):
         raise CodecError(f"{HEADER_LENGTH} is {n}, but the body is {len(view)} bytes", HEADER_LENGTH)
-    return _json(view[:n]), view[n:]
+    return view[:n], view[n:]
 
 
-def _json(raw: memoryview) -> dict:
+def parse_header(raw: memoryview) -> dict:
+    """A frame's JSON header (a JSON object), or a CodecError."""
     try:
         value = json.loads(bytes(raw))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

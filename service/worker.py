@@ -186,6 +186,11 @@ class DeviceWorker:
         return self._ready.is_set()
 
     @property
+    def idle(self) -> bool:
+        """A job submitted now goes straight to the device, without queueing."""
+        return self._queue.empty() and not self._window.locked() and self._ready.is_set()
+
+    @property
     def queue_depth(self) -> int:
         return self._pool.in_use
 

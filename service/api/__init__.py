@@ -13,6 +13,7 @@ from ..config import Settings
 from ..shared_memory import SharedMemoryRegistry
 from ..worker import SHM_DIR, DeviceWorker
 from . import errors, health, v1, v2, v2_shm
+from .header_cache import HeaderCache
 from .metrics import Metrics
 
 log = logging.getLogger("vkact.api")
@@ -33,6 +34,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="DirectML's activation operators on any Vulkan device")
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.state.v1_headers = HeaderCache()
+    app.state.v2_headers = HeaderCache()
     # One registration file per server, shared by its HTTP processes (their parent, with --workers > 1).
     server = os.getppid() if settings.workers > 1 else os.getpid()
     app.state.shared_memory = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{server}.json"))

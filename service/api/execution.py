@@ -11,7 +11,7 @@ from fastapi import Request
 
 from ..errors import InvalidRequest, PayloadTooLarge, Timeout
 from ..operators import OperatorDesc
-from ..worker import Result, copy_into
+from ..worker import LARGE, Result, copy_into
 
 
 async def read_body(request: Request, limit: int) -> memoryview:
@@ -42,27 +42,50 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-async def run_on_device(request: Request, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool = False) -> Result | None:
-    """Run ``op`` on the device worker. None means the client left first (the caller answers 499):
-    a job still queued then is dropped before it reaches the device. Busy (queue full) propagates;
-    no answer within the request timeout is a Timeout (504)."""
+async def run_on_device(
+    request: Request, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool = False, key: bytes | None = None
+) -> Result | None:
+    """Run ``op`` on the device worker. None means the client left while the job was queued (the caller
+    answers 499): the job is dropped before it reaches the device. Busy (queue full) propagates; no
+    answer within the request timeout is a Timeout (504).
+
+    The request's own task awaits the worker; the timeout and the client's departure cancel it. A job
+    that goes straight to an idle device is not watched for departure (that needs a task of its own, a
+    large share of a small request's cost): once on the device it runs to the end either way."""
     state = request.app.state
-    settings = state.settings
+    worker = state.worker
+    timeout = state.settings.request_timeout_s
+    task = asyncio.current_task()
+    assert task is not None
+    stopped: list[str] = []   # why this request's task was cancelled, by us
+    finished = False
+
+    def stop(reason: str) -> None:
+        if not finished and not stopped:
+            stopped.append(reason)
+            task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout, stop, "timeout")
+    watcher = None
+    if not worker.idle or sum(b.nbytes for b in buffers) > LARGE:
+        watcher = asyncio.ensure_future(_until_disconnected(request))
+        watcher.add_done_callback(lambda w: w.cancelled() or w.exception() is not None or stop("gone"))
     pending = state.metrics.triton.pending(op)
     pending.inc()
     try:
-        job = asyncio.ensure_future(state.worker.run(op, buffers, in_place))
-        gone = asyncio.ensure_future(_until_disconnected(request))
-        done, _ = await asyncio.wait({job, gone}, timeout=settings.request_timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        gone.cancel()
-        if job not in done:
-            job.cancel()
-            if gone in done:
-                state.metrics.triton.failure(op)
-                return None
-            raise Timeout(f"no answer from the device within {settings.request_timeout_s} s")
-        return job.result()
+        return await worker.run(op, buffers, in_place, key)
+    except asyncio.CancelledError:
+        if not stopped or task.uncancel() > 0:  # not ours, or cancelled for another reason too
+            raise
+        if stopped[0] == "gone":
+            state.metrics.triton.failure(op)
+            return None
+        raise Timeout(f"no answer from the device within {timeout} s") from None
     finally:
+        finished = True
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
         pending.dec()
 
 
@@ -81,12 +104,12 @@ async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> memoryview
 def record_success(request: Request, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:
     """The bookkeeping of one answered execution, whichever protocol carried it."""
     metrics = request.app.state.metrics
-    name = op.type_name()
+    series = metrics.operator(op.type_name())
     elapsed = time.perf_counter() - started
-    metrics.requests.labels(name, "200").inc()
-    metrics.request_seconds.labels(name).observe(elapsed)
-    metrics.queue_seconds.labels(name).observe(result.queue_seconds)
-    metrics.kernel_seconds.labels(name).observe(result.kernel_seconds)
-    metrics.bytes_in.labels(name).inc(bytes_in)
-    metrics.bytes_out.labels(name).inc(bytes_out)
+    series.ok.inc()
+    series.request_seconds.observe(elapsed)
+    series.queue_seconds.observe(result.queue_seconds)
+    series.kernel_seconds.observe(result.kernel_seconds)
+    series.bytes_in.inc(bytes_in)
+    series.bytes_out.inc(bytes_out)
     metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds)

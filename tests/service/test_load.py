@@ -137,3 +137,81 @@ def test_a_queued_request_whose_caller_left_never_reaches_the_device():
 
     dispatched, depth = asyncio.run(scenario())
     assert dispatched == 3 and depth == 0  # two big, one small: the cancelled job was never sent
+
+
+def _metric(client: httpx.Client, series: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(series + " ") or line.startswith(series + "{") and line.split(" ")[0] == series:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no series {series}")
+
+
+def test_a_request_past_the_timeout_gets_504_and_the_service_carries_on():
+    server = start_server(request_timeout_s=0.02)
+    try:
+        x = np.ones(1 << 24, np.float32)  # GELU on 64 MiB: far longer than 20 ms on any CPU
+        body, headers = binary_request(request_body("GELU", x), x.view(np.uint8))
+        with server.client() as client:
+            response = client.post("/v1/execute", content=body, headers=headers)
+            assert response.status_code == 504 and "within 0.02 s" in response.json()["error"]
+            deadline = time.monotonic() + 30  # the job finishes on the device, then its slot is free
+            while _metric(client, "vkact_queue_depth") != 0:
+                assert time.monotonic() < deadline, "the timed-out job never let its slot go"
+                time.sleep(0.02)
+            # A small request's first run may itself outlast 20 ms (its pipeline is built then); the
+            # ones after it are answered, correctly.
+            x = np.linspace(-3, 3, 64, dtype=np.float32)
+            body, headers = binary_request(request_body("CELU", x), x.view(np.uint8))
+            statuses = []
+            while not statuses or statuses[-1] != 200:
+                response = client.post("/v1/execute", content=body, headers=headers)
+                statuses.append(response.status_code)
+                assert len(statuses) <= 10 and set(statuses) <= {200, 504}, statuses
+            assert_matches(decode_response(response, np.float32), parse_operator(request_body("CELU", x)).reference(x), 4)
+    finally:
+        stop_server(server)
+
+
+@pytest.mark.timeout(120)
+def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_runs():
+    """Over HTTP: three large requests keep the device busy (two handed to the worker, one queued); a
+    small one queued behind them is sent on a raw socket that closes at once. It never reaches the
+    device: CELU is executed zero times and counts one failure."""
+    import socket
+    import threading
+
+    server = start_server()
+    try:
+        big = np.ones(1 << 24, np.float32)
+        big_body, big_headers = binary_request(request_body("GELU", big), big.view(np.uint8))
+        small = np.ones(8, np.float32)
+        body, headers = binary_request(request_body("CELU", small), small.view(np.uint8))
+        with server.client(limits=httpx.Limits(max_connections=4)) as client:
+            gelu = '{model="gelu",version="1"}'
+            statuses: list[int] = []
+            threads = [threading.Thread(target=lambda: statuses.append(client.post("/v1/execute", content=big_body, headers=big_headers).status_code))
+                       for _ in range(3)]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 60
+            while _metric(client, f"nv_inference_pending_request_count{gelu}") < 3:
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+            host, port = server.url.removeprefix("http://").split(":")
+            with socket.create_connection((host, int(port))) as sock:
+                head = "".join(f"{k}: {v}\r\n" for k, v in {**headers, "Content-Length": len(body), "Host": host}.items())
+                sock.sendall(f"POST /v1/execute HTTP/1.1\r\n{head}\r\n".encode() + body)
+                time.sleep(0.01)
+            for t in threads:
+                t.join()
+            assert statuses == [200, 200, 200]
+            celu = '{model="celu",version="1"}'
+            deadline = time.monotonic() + 10
+            while _metric(client, f"nv_inference_request_failure{celu}") < 1:
+                assert time.monotonic() < deadline, "the hung-up request was never counted"
+                time.sleep(0.01)
+            assert _metric(client, f"nv_inference_exec_count{celu}") == 0
+            assert _metric(client, "vkact_queue_depth") == 0
+            one_request(client, 3)
+    finally:
+        stop_server(server)
