@@ -14,6 +14,7 @@ from ..shared_memory import SharedMemoryRegistry
 from ..worker import SHM_DIR, DeviceWorker
 from . import errors, health, v1, v2, v2_shm
 from .header_cache import HeaderCache
+from .hot_routes import VkactApp
 from .metrics import Metrics
 
 log = logging.getLogger("vkact.api")
@@ -30,7 +31,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await worker.close()
         app.state.shared_memory.close()
 
-    app = FastAPI(title="vkact", version="0.1.0", lifespan=lifespan,
+    app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan,
                   description="DirectML's activation operators on any Vulkan device")
     app.state.settings = settings
     app.state.metrics = Metrics()

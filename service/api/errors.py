@@ -8,6 +8,8 @@ the protocol does not use for bad input (422 for a descriptor that breaks Direct
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -57,34 +59,57 @@ def _answer(request: Request, status: int, message: str, field: str | None = Non
     return error_response(status, message, field, headers)
 
 
+async def _vkact_error(request: Request, exc: VkactError) -> JSONResponse:
+    if exc.status >= 500:
+        log.error("%s %s: %s", request.method, request.url.path, exc.message)
+    headers = {"Retry-After": "1"} if isinstance(exc, Busy) else getattr(exc, "headers", None)
+    return _answer(request, exc.status, exc.message, exc.field, headers)
+
+
+async def _codec_error(request: Request, exc: CodecError) -> JSONResponse:
+    return _answer(request, 400, exc.message, exc.field)
+
+
+async def _validation_error(request: Request, exc: ValidationError) -> JSONResponse:
+    err = descriptor_error(exc)
+    return _answer(request, err.status, err.message, err.field)
+
+
+async def _request_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+    field = ".".join(str(p) for p in first["loc"] if p not in ("body", "query", "path"))
+    return _answer(request, 422, first["msg"], field or None)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    return _answer(request, exc.status_code, str(exc.detail), None, getattr(exc, "headers", None))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _answer(request, 500, f"internal error: {type(exc).__name__}")
+
+
+HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[JSONResponse]]] = {
+    VkactError: _vkact_error,
+    CodecError: _codec_error,
+    ValidationError: _validation_error,
+    RequestValidationError: _request_validation_error,
+    HTTPException: _http_error,
+    Exception: _unexpected,
+}
+
+
+async def answer(request: Request, exc: Exception) -> JSONResponse:
+    """The error response for ``exc``, by the nearest handler in its class hierarchy (as Starlette
+    picks them): for routes served outside FastAPI's exception middleware (hot_routes)."""
+    for cls in type(exc).__mro__:
+        handler = HANDLERS.get(cls)
+        if handler is not None:
+            return await handler(request, exc)
+    raise exc
+
+
 def install(app: FastAPI) -> None:
-    @app.exception_handler(VkactError)
-    async def vkact_error(request: Request, exc: VkactError) -> JSONResponse:
-        if exc.status >= 500:
-            log.error("%s %s: %s", request.method, request.url.path, exc.message)
-        headers = {"Retry-After": "1"} if isinstance(exc, Busy) else getattr(exc, "headers", None)
-        return _answer(request, exc.status, exc.message, exc.field, headers)
-
-    @app.exception_handler(CodecError)
-    async def codec_error(request: Request, exc: CodecError) -> JSONResponse:
-        return _answer(request, 400, exc.message, exc.field)
-
-    @app.exception_handler(ValidationError)
-    async def validation_error(request: Request, exc: ValidationError) -> JSONResponse:
-        err = descriptor_error(exc)
-        return _answer(request, err.status, err.message, err.field)
-
-    @app.exception_handler(RequestValidationError)
-    async def request_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        field = ".".join(str(p) for p in first["loc"] if p not in ("body", "query", "path"))
-        return _answer(request, 422, first["msg"], field or None)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return _answer(request, exc.status_code, str(exc.detail), None, getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return _answer(request, 500, f"internal error: {type(exc).__name__}")
+    for cls, handler in HANDLERS.items():
+        app.add_exception_handler(cls, handler)
