@@ -152,6 +152,10 @@ class Engine:
 
     # -- set-up -------------------------------------------------------------------------------------
 
+    def adopt(self) -> None:
+        """Make the calling thread the engine's one user (the thread that made it hands it over)."""
+        self._owner = threading.get_ident()
+
     def load_shaders(self) -> int:
         """Compile (or load from the cache) every registered variant; raises ShaderCompileError."""
         self._spirv.update(self._compiler.compile_all(all_variants()))

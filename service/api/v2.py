@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,16 +16,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
+from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
 from ..errors import InvalidRequest, NotReady
+from ..operators import OperatorDesc
 from ..shared_memory import SharedMemoryRegistry
-from .execution import read_body, record_success, run_on_device
+from ..worker import pickled
+from .execution import binary_frame, read_body, record_success, run_on_device
+from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
-from .v2_codec import build_operator, decode_inputs, parse_frame
+from .v2_codec import InferenceRequest, build_operator, decode_inputs, padded, parse_frame
 from .v2_encoding import choose_encoding, compress, decode_body
 from .v2_models import MODELS, config, find_model, metadata
-from .v2_outputs import encode_response, plan_outputs
+from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 
@@ -173,6 +177,35 @@ class _Regions:
         self._stack.close()
 
 
+@dataclass
+class _Parsed:
+    """What a repeated binary request's JSON header decides (see header_cache): no shared memory, every
+    input binary; ``head``: the response's JSON header when it carries no id."""
+
+    req: InferenceRequest
+    op: OperatorDesc
+    key: bytes
+    binary: list[tuple[int, int]]  # (offset, size) of each input after the header, in descriptor order
+    plans: list[OutputPlan]
+    head: bytes | None = None
+
+    @staticmethod
+    def of(req: InferenceRequest, op: OperatorDesc, plans: list[OutputPlan]) -> _Parsed | None:
+        where, offset = {}, 0
+        for tensor in req.inputs:
+            params = tensor.parameters or {}
+            if tensor.data is not None or "shared_memory_region" in params or "binary_data_size" not in params:
+                return None
+            where[tensor.name] = (offset, params["binary_data_size"])
+            offset += params["binary_data_size"]
+        if any(plan.region is not None for plan in plans):
+            return None
+        return _Parsed(req, op, pickled(op), [where[name] for name in op.input_fields], plans)
+
+    def buffers(self, tail: memoryview) -> list[np.ndarray]:
+        return [padded(tail[o : o + n], desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
+
+
 async def _infer(request: Request, model: str, version: str | None) -> Response:
     started = time.perf_counter()
     model_class = find_model(model, version)
@@ -182,21 +215,43 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     if not worker.ready or worker.info is None:
         raise NotReady("the device is not ready yet")
     limit = state.settings.max_body_bytes
-    body = await decode_body(await read_body(request, limit), request.headers.get("content-encoding"), limit)
-    req, tail = parse_frame(body, request.headers.get(HEADER_LENGTH), model_class)
-    op = build_operator(model_class, req, worker.info["max_tensor_bytes"])
+    max_tensor_bytes = worker.info["max_tensor_bytes"]
+    headers = request.headers
+    body = await decode_body(await read_body(request, limit), headers.get("content-encoding"), limit)
+    header_length = headers.get(HEADER_LENGTH)
+    cache: HeaderCache[_Parsed] = state.v2_headers
+    key = parsed = None
+    if header_length is not None and header_length != "0":  # a JSON header + binary tensors, maybe repeated
+        raw, tail = frame_parts(body, header_length)
+        key = cache.key(raw, model_class, len(tail), max_tensor_bytes)
+        parsed = cache.get(key)
+    if parsed is not None:
+        req, op = parsed.req, parsed.op
+    else:
+        req, tail = parse_frame(body, header_length, model_class)
+        op = build_operator(model_class, req, max_tensor_bytes)
     request_id = req.id if req.id is not None else getattr(request.state, "client_request_id", None)
 
     with _Regions(state.shared_memory) as region:
-        buffers = decode_inputs(op, req, tail, region)
-        plans = plan_outputs(op, req, region)
+        if parsed is not None:
+            buffers, plans = parsed.buffers(tail), parsed.plans
+        else:
+            buffers = decode_inputs(op, req, tail, region)
+            plans = plan_outputs(op, req, region)
+            if key is not None and (parsed := _Parsed.of(req, op, plans)) is not None:
+                cache.put(key, parsed)
         bytes_in = sum(b.nbytes for b in buffers)
-        result = await run_on_device(request, op, buffers)
+        result = await run_on_device(request, op, buffers, key=parsed.key if parsed is not None else None)
         del buffers
         if result is None:  # the client left
             return Response(status_code=499)
         try:
-            content, header_length = await encode_response(model, op, req, request_id, plans, result, region)
+            if parsed is not None and parsed.head is not None and request_id is None:
+                content, header_length = await binary_frame(parsed.head, [np.frombuffer(result.output, np.uint8, output_bytes(op))]), len(parsed.head)
+            else:
+                content, header_length = await encode_response(model, op, req, request_id, plans, result, region)
+                if parsed is not None and request_id is None and header_length is not None and all(p.binary for p in plans):
+                    parsed.head = bytes(content[:header_length])
         finally:
             result.release()
 

@@ -201,7 +201,7 @@ def json_tensor(data: Any, dtype: np.dtype, count: int, field: str) -> np.ndarra
         return np.ascontiguousarray(values, dtype).reshape(-1)
 
 
-def _padded(data: np.ndarray | memoryview, total_bytes: int) -> np.ndarray:
+def padded(data: np.ndarray | memoryview, total_bytes: int) -> np.ndarray:
     """A descriptor's buffer is rounded up to 4 bytes (DMLCalcBufferTensorSize); the protocol's tensor is
     exactly its elements."""
     raw = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
@@ -235,7 +235,7 @@ def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, reg
         if len(sources) != 1:
             raise InvalidRequest(f"input {tensor.name!r} needs exactly one of data, parameters.binary_data_size, parameters.shared_memory_region; it has {len(sources)}", field)
         if sources[0] == "data":
-            buffers[tensor.name] = _padded(json_tensor(tensor.data, dtype, count, f"{field}.data"), desc.total_bytes)
+            buffers[tensor.name] = padded(json_tensor(tensor.data, dtype, count, f"{field}.data"), desc.total_bytes)
             continue
         if sources[0] == "binary_data_size":
             size = _int_param(params, "binary_data_size", field)
@@ -259,7 +259,7 @@ def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, reg
             data = memory[start : start + size]
         if size != nbytes:
             raise InvalidRequest(f"{size} bytes given for {tensor.name!r}; shape {list(desc.Sizes)} of {tensor.datatype} is {nbytes} bytes", field)
-        buffers[tensor.name] = _padded(data, desc.total_bytes)
+        buffers[tensor.name] = padded(data, desc.total_bytes)
     if offset != len(tail):
         raise InvalidRequest(f"{len(tail) - offset} bytes after the binary tensors belong to no input", HEADER_LENGTH)
     return [buffers[name] for name in op.input_fields]
