@@ -152,6 +152,7 @@ class _Job:
     in_place: bool
     future: asyncio.Future = field(repr=False)
     key: bytes = b""  # the pickled descriptor: what crosses to the worker, and its plan cache key
+    waiting: Callable[[int], None] | None = field(default=None, repr=False)  # told +1 queued, -1 out of the queue
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
     released: bool = False
@@ -232,10 +233,13 @@ class DeviceWorker:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def run(self, op: OperatorDesc, inputs: list[np.ndarray], in_place: bool, key: bytes | None = None) -> Result:
+    async def run(
+        self, op: OperatorDesc, inputs: list[np.ndarray], in_place: bool, key: bytes | None = None, waiting: Callable[[int], None] | None = None
+    ) -> Result:
         """Queue ``op`` on the device; raises Busy when the queue is full. ``key`` is ``op`` pickled
         (``pickled(op)``), for callers that keep it: the worker caches descriptors and their
-        recorded command buffers by it."""
+        recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
+        and -1 when it leaves the queue (to the device, or dropped)."""
         sizes = [a.nbytes for a in inputs]
         offsets, cursor = [], 0
         for n in sizes:
@@ -255,6 +259,9 @@ class DeviceWorker:
             await self._window.acquire()  # free: this returns at once, with no task hop
             self._send(job)
         else:
+            job.waiting = waiting
+            if waiting is not None:
+                waiting(1)
             self._queue.put_nowait(job)
         try:
             kernel_seconds = await job.future
@@ -273,14 +280,15 @@ class DeviceWorker:
     async def _dispatch(self) -> None:
         while True:
             job = await self._queue.get()
-            if job.future.done():  # cancelled while queued: it never reaches the device
-                continue
-            await self._window.acquire()
-            await self._ready.wait()
-            if job.future.done():
-                self._window.release()
-                continue
-            self._send(job)
+            if not job.future.done():  # else cancelled while queued: it never reaches the device
+                await self._window.acquire()
+                await self._ready.wait()
+                if job.future.done():
+                    self._window.release()
+                else:
+                    self._send(job)
+            if job.waiting is not None:  # out of the queue only now: to the device, or dropped
+                job.waiting(-1)
 
     def _send(self, job: _Job) -> None:
         """Hand ``job`` to the worker process; the caller holds a place in the in-flight window."""

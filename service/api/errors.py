@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from client.codec import CodecError
 
@@ -85,6 +86,11 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return _answer(request, exc.status_code, str(exc.detail), None, getattr(exc, "headers", None))
 
 
+async def _client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+    # Nobody reads this answer; it keeps the departure out of the 500s.
+    return _answer(request, 499, "the client disconnected before its request was read")
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     return _answer(request, 500, f"internal error: {type(exc).__name__}")
@@ -96,6 +102,7 @@ HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[JSONResponse]
     ValidationError: _validation_error,
     RequestValidationError: _request_validation_error,
     HTTPException: _http_error,
+    ClientDisconnect: _client_gone,
     Exception: _unexpected,
 }
 

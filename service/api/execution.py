@@ -8,6 +8,9 @@ from collections.abc import Sequence
 
 import numpy as np
 from fastapi import Request
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from ..errors import InvalidRequest, PayloadTooLarge, Timeout
 from ..operators import OperatorDesc
@@ -21,11 +24,18 @@ async def read_body(request: Request, limit: int) -> memoryview:
             raise InvalidRequest(f"Content-Length must be an integer, got {declared!r}", "Content-Length")
         if int(declared) > limit:
             raise PayloadTooLarge(f"the body is {declared} bytes; this service accepts at most {limit}", "Content-Length")
+    message = await request.receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):  # a small body comes whole
+        chunk = message.get("body", b"")
+        if len(chunk) > limit:
+            raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
+        return memoryview(chunk)
     # Filled in place: np.empty maps its pages lazily as chunks arrive, where a zeroed bytearray, or
     # one grown chunk by chunk, would spend tens of milliseconds on the event loop for a large body.
     body = np.empty(int(declared) if declared is not None else 1 << 16, np.uint8)
     filled = 0
-    async for chunk in request.stream():
+    while message["type"] == "http.request":
+        chunk = message.get("body", b"")
         end = filled + len(chunk)
         if end > limit:
             raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
@@ -33,7 +43,10 @@ async def read_body(request: Request, limit: int) -> memoryview:
             body = np.concatenate((body[:filled], np.empty(max(end, 2 * body.nbytes) - filled, np.uint8)))
         body[filled:end] = np.frombuffer(chunk, np.uint8)
         filled = end
-    return memoryview(body[:filled])
+        if not message.get("more_body", False):
+            return memoryview(body[:filled])
+        message = await request.receive()
+    raise ClientDisconnect()
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -70,10 +83,8 @@ async def run_on_device(
     if not worker.idle or sum(b.nbytes for b in buffers) > LARGE:
         watcher = asyncio.ensure_future(_until_disconnected(request))
         watcher.add_done_callback(lambda w: w.cancelled() or w.exception() is not None or stop("gone"))
-    pending = state.metrics.triton.pending(op)
-    pending.inc()
     try:
-        return await worker.run(op, buffers, in_place, key)
+        return await worker.run(op, buffers, in_place, key, state.metrics.triton.pending(op).add)
     except asyncio.CancelledError:
         if not stopped or task.uncancel() > 0:  # not ours, or cancelled for another reason too
             raise
@@ -86,7 +97,6 @@ async def run_on_device(
         timer.cancel()
         if watcher is not None:
             watcher.cancel()
-        pending.dec()
 
 
 async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> memoryview:
@@ -99,6 +109,16 @@ async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> memoryview
         await copy_into(frame[cursor : cursor + b.nbytes], b)
         cursor += b.nbytes
     return memoryview(frame)
+
+
+def answered(response: Response, request: Request, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> Response:
+    """``response``, recording the execution's success once it has been sent (off the latency path)."""
+
+    async def record() -> None:  # async: Starlette runs a plain function's background task in a thread
+        record_success(request, op, started, result, bytes_in, bytes_out)
+
+    response.background = BackgroundTask(record)
+    return response
 
 
 def record_success(request: Request, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:

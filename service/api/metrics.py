@@ -86,11 +86,8 @@ class _Pending:
     def __init__(self, stats: _ModelStats) -> None:
         self._stats = stats
 
-    def inc(self) -> None:
-        self._stats.nv_inference_pending_request_count += 1
-
-    def dec(self) -> None:
-        self._stats.nv_inference_pending_request_count -= 1
+    def add(self, n: int) -> None:
+        self._stats.nv_inference_pending_request_count += n
 
 
 class TritonMetrics:

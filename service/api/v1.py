@@ -30,7 +30,7 @@ from ..errors import DescriptorError, NotReady
 from ..operators import OperatorDesc, descriptor_error, parse_operator
 from ..worker import DeviceWorker, pickled
 from .catalog import catalog
-from .execution import binary_frame, read_body, record_success, run_on_device
+from .execution import answered, binary_frame, read_body, run_on_device
 from .header_cache import HeaderCache
 
 router = APIRouter(prefix="/v1", tags=["v1"])
@@ -153,8 +153,7 @@ async def execute(request: Request) -> Response:
         del out
         result.release()
 
-    record_success(request, op, started, result, sum(b.nbytes for b in buffers), op.output.total_bytes)
-    return response
+    return answered(response, request, op, started, result, sum(b.nbytes for b in buffers), op.output.total_bytes)
 
 
 def _head(op: OperatorDesc, output: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from ..errors import InvalidRequest, NotReady
 from ..operators import OperatorDesc
 from ..shared_memory import SharedMemoryRegistry
 from ..worker import pickled
-from .execution import binary_frame, read_body, record_success, run_on_device
+from .execution import answered, binary_frame, read_body, run_on_device
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, padded, parse_frame
@@ -264,8 +264,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     if coding is not None:
         content = await compress(content, coding)
         headers["Content-Encoding"] = coding
-    record_success(request, op, started, result, bytes_in, op.output.total_bytes)
-    return Response(content, media_type=media_type, headers=headers)
+    return answered(Response(content, media_type=media_type, headers=headers), request, op, started, result, bytes_in, op.output.total_bytes)
 
 
 @router.post("/models/{model}/infer", summary="Run the operator")

@@ -28,7 +28,7 @@ class EchoWorker:
     ready, restarts, idle = True, 0, True
     info = {"max_tensor_bytes": 1 << 30}
 
-    async def run(self, op, buffers, in_place, key=None) -> Result:
+    async def run(self, op, buffers, in_place, key=None, waiting=None) -> Result:
         out = np.zeros(op.output.total_bytes, np.uint8)
         out[: buffers[0].nbytes] = buffers[0]
         return Result(memoryview(out), 0.0, 0.0, _Job())

@@ -15,7 +15,7 @@ from client.buffers import to_buffer
 from client.codec import HEADER_LENGTH
 from service.operators import parse_operator
 from tests.engine.test_operators import CASES, max_ulp
-from tests.helpers import assert_matches
+from tests.helpers import assert_matches, tensor
 from tests.service.conftest import start_server, stop_server
 from tests.service.helpers import binary_request, decode_response, request_body
 
@@ -174,43 +174,50 @@ def test_a_request_past_the_timeout_gets_504_and_the_service_carries_on():
 
 @pytest.mark.timeout(120)
 def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_runs():
-    """Over HTTP: three large requests keep the device busy (two handed to the worker, one queued); a
-    small one queued behind them is sent on a raw socket that closes at once. It never reaches the
-    device: CELU is executed zero times and counts one failure."""
+    """Over HTTP: four large requests keep the device busy (two handed to the worker, two waiting in the
+    queue, as nv_inference_pending_request_count shows: Triton's gauge counts only requests awaiting
+    execution); a small one queued behind them is sent on a raw socket that hangs up once it waits. It
+    never reaches the device: CELU is executed zero times and counts one failure."""
     import socket
     import threading
 
     server = start_server()
     try:
-        big = np.ones(1 << 24, np.float32)
-        big_body, big_headers = binary_request(request_body("GELU", big), big.view(np.uint8))
+        # Long on the device, quick to upload: one row broadcast (zero stride) to 4,096 x 4,096 elements.
+        row = np.linspace(-3, 3, 4096, dtype=np.float32)
+        big_op = {"Type": "DML_OPERATOR_ACTIVATION_GELU", "InputTensor": tensor(np.float32, (4096, 4096), (0, 1)),
+                  "OutputTensor": tensor(np.float32, (4096, 4096))}
+        big_body, big_headers = binary_request(big_op, row.view(np.uint8))
         small = np.ones(8, np.float32)
         body, headers = binary_request(request_body("CELU", small), small.view(np.uint8))
-        with server.client(limits=httpx.Limits(max_connections=4)) as client:
-            gelu = '{model="gelu",version="1"}'
+        gelu, celu = '{model="gelu",version="1"}', '{model="celu",version="1"}'
+        with server.client(limits=httpx.Limits(max_connections=5)) as client:
             statuses: list[int] = []
             threads = [threading.Thread(target=lambda: statuses.append(client.post("/v1/execute", content=big_body, headers=big_headers).status_code))
-                       for _ in range(3)]
+                       for _ in range(4)]
             for t in threads:
                 t.start()
             deadline = time.monotonic() + 60
-            while _metric(client, f"nv_inference_pending_request_count{gelu}") < 3:
-                assert time.monotonic() < deadline
+            while _metric(client, f"nv_inference_pending_request_count{gelu}") < 2:  # two on the device, two waiting
+                assert time.monotonic() < deadline and all(t.is_alive() for t in threads), "the large requests never queued"
                 time.sleep(0.002)
             host, port = server.url.removeprefix("http://").split(":")
             with socket.create_connection((host, int(port))) as sock:
                 head = "".join(f"{k}: {v}\r\n" for k, v in {**headers, "Content-Length": len(body), "Host": host}.items())
                 sock.sendall(f"POST /v1/execute HTTP/1.1\r\n{head}\r\n".encode() + body)
-                time.sleep(0.01)
+                # Behind two large jobs in the queue: it can reach the device only after three of them end.
+                while _metric(client, f"nv_inference_pending_request_count{celu}") < 1:
+                    assert time.monotonic() < deadline, "the small request never queued"
+                    time.sleep(0.002)
             for t in threads:
                 t.join()
-            assert statuses == [200, 200, 200]
-            celu = '{model="celu",version="1"}'
+            assert statuses == [200, 200, 200, 200]
             deadline = time.monotonic() + 10
             while _metric(client, f"nv_inference_request_failure{celu}") < 1:
                 assert time.monotonic() < deadline, "the hung-up request was never counted"
                 time.sleep(0.01)
             assert _metric(client, f"nv_inference_exec_count{celu}") == 0
+            assert _metric(client, f"nv_inference_pending_request_count{celu}") == 0
             assert _metric(client, "vkact_queue_depth") == 0
             one_request(client, 3)
     finally:
