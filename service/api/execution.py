@@ -99,9 +99,11 @@ async def run_on_device(
             watcher.cancel()
 
 
-async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> memoryview:
+async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> bytes | memoryview:
     """A JSON header followed by tensor bytes (Triton's binary frame), built in one allocation; large
     copies run in a thread, so the event loop stays free."""
+    if sum(b.nbytes for b in buffers) <= LARGE:
+        return b"".join((head, *buffers))
     frame = np.empty(len(head) + sum(b.nbytes for b in buffers), np.uint8)
     frame[: len(head)] = np.frombuffer(head, np.uint8)
     cursor = len(head)
