@@ -94,7 +94,7 @@ out) on the same machine, and next to the bare echo, all measured in one run:
   tritonclient's own transport (geventhttpclient): the HTTP ceiling.
 - Every timed request is `InferenceServerClient.infer` plus `as_numpy` of the output (the echo's:
   a POST and the body read). Requests, latency blocks, the 8 client processes and the 16 MiB sizes
-  are those of the service section; requests/s: 2 rounds of 8 × 150 requests per target. 16 MiB:
+  are those of the service section; requests/s: 3 rounds of 8 × 400 requests per target. 16 MiB:
   the echo and vkact binary alternate; the JSON targets run in blocks (seconds per request).
   Every target's answer is checked against numpy once before it is timed.
 - **targets**: vkact `/v2` (binary) serves ≥ 2× MLServer's requests/s with 8 concurrent clients on

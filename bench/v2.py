@@ -61,7 +61,7 @@ MLSERVER_WORKERS = {"mlserver json": 1, "mlserver-0 json": 0}
 
 WARMUP_REQUESTS = svc.WARMUP_REQUESTS      # per target and client, before any timed small request
 CLIENTS = svc.CLIENTS                      # 8 concurrent client processes
-CONCURRENT_ROUNDS, CONCURRENT_EACH = 2, 150  # 2 x 8 x 150 = 2,400 requests per target
+CONCURRENT_ROUNDS, CONCURRENT_EACH = 3, 400  # 3 x 8 x 400 = 9,600 requests per target: rounds long enough that the start and the stragglers at the end weigh little
 LARGE_BINARY_REPEAT = 8                    # echo and vkact binary, alternately
 LARGE_JSON_REPEAT = 3                      # vkact JSON and MLServer JSON, in blocks (seconds each)
 NETWORK_TIMEOUT_S = 600.0                  # a 16 MiB JSON request to MLServer takes seconds
