@@ -28,7 +28,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, description="HTTP worker processes (uvicorn)")
-    worker_nice: int = Field(10, ge=0, le=19, description="scheduling niceness of the device worker: on a CPU device (lavapipe) its threads must not starve the HTTP process's probes")
+    worker_nice: int = Field(10, ge=0, le=19, description="scheduling niceness of the device driver's threads: on a CPU device (lavapipe) they must not starve the HTTP process's probes")
+    max_batch: int = Field(8, ge=1, le=64, description="queued requests of one descriptor run as one dispatch, up to this many (1: never)")
     queue_size: int = Field(64, ge=1, description="requests waiting for the device before 503")
     max_body_bytes: int = Field(256 << 20, ge=1024)
     request_timeout_s: float = Field(60.0, gt=0)

@@ -148,6 +148,7 @@ class Engine:
         self._pool_bytes = 0
         self._seq = self._mgr.sequence()
         self._plans: OrderedDict[tuple[Hashable, bool], _Plan] = OrderedDict()
+        self._batched: OrderedDict[tuple[Hashable, int], OperatorDesc] = OrderedDict()  # (key, jobs): descriptor end to end
         self.stats = EngineStats()
 
     # -- set-up -------------------------------------------------------------------------------------
@@ -229,6 +230,24 @@ class Engine:
         self.stats.bytes_in += sum(a.nbytes for a in arrays)
         self.stats.bytes_out += result.nbytes
         return result
+
+    def execute_batch(self, op: OperatorDesc, jobs: Sequence[tuple[Sequence[Buffer], Buffer]], key: Hashable) -> None:
+        """Run ``op`` once over several executions of it, each ``(inputs, out)``: their inputs end to
+        end in one dispatch (``op`` must be concatenable), each output written into its ``out``. ``key``
+        names ``op`` as in ``execute``."""
+        n = len(jobs)
+        batched = self._batched.get((key, n))
+        if batched is None:
+            if not op.concatenable:
+                raise InvalidRequest(f"{op.type_name()} with these tensors cannot run as one batch")
+            batched = self._batched[(key, n)] = op.concatenated(n)
+            while len(self._batched) > MAX_PLANS:
+                self._batched.popitem(last=False)
+        inputs = [np.concatenate([np.frombuffer(ins[i], np.uint8) for ins, _ in jobs]) for i in range(len(op.inputs))]
+        result = self.execute(batched, inputs, key=("batch", key, n))
+        step = op.output.total_bytes
+        for i, (_, out) in enumerate(jobs):
+            np.frombuffer(out, np.uint8)[:] = result[i * step : (i + 1) * step]
 
     def _plan(self, op: OperatorDesc, in_place: bool, key: Hashable | None) -> _Plan:
         """What one execution of ``op`` needs, checked; cached (with its recorded command buffer)

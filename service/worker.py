@@ -18,7 +18,7 @@ import os
 import pickle
 import tempfile
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ log = logging.getLogger("vkact.worker")
 ALIGN = 64
 PROTOCOL = pickle.HIGHEST_PROTOCOL  # messages are plain tuples: pickle, not multiprocessing's ForkingPickler
 OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes
+BATCH_BYTES = 1 << 20  # inputs up to this size may be batched (larger ones gain nothing from it)
 IN_FLIGHT = 2          # jobs handed to the worker at once: one running, one ready to start
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
@@ -69,7 +70,10 @@ class _Mapping:
 
     def close(self) -> None:
         del self.array
-        self.mm.close()
+        try:
+            self.mm.close()
+        except BufferError:  # a view still lives (a logged traceback's frame): unmapped when it dies
+            pass
 
 
 @dataclass
@@ -132,9 +136,10 @@ async def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
 @dataclass
 class Result:
     output: memoryview          # the output buffer inside the slot; valid until release()
-    kernel_seconds: float
+    kernel_seconds: float       # of the dispatch, shared by the jobs of a batch
     queue_seconds: float
     _job: Any = field(repr=False)
+    batch_size: int = 1         # jobs that ran in the same dispatch
 
     def release(self) -> None:
         """Hand the slot back once the output has been read."""
@@ -152,6 +157,7 @@ class _Job:
     in_place: bool
     future: asyncio.Future = field(repr=False)
     key: bytes = b""  # the pickled descriptor: what crosses to the worker, and its plan cache key
+    batchable: bool = False  # may run in one dispatch with the jobs of the same key queued beside it
     waiting: Callable[[int], None] | None = field(default=None, repr=False)  # told +1 queued, -1 out of the queue
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
@@ -171,9 +177,12 @@ class DeviceWorker:
         self.info: dict[str, Any] | None = None      # the worker's ready report (device, limits)
         self.restarts = 0
         self.dispatched = 0                          # jobs handed to the worker process
+        self.batches = 0                             # messages that carried them
         self._ids = itertools.count()
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._queue: deque[_Job] = deque()
+        self._queued = asyncio.Event()               # set while the queue holds a job
         self._inflight: dict[int, _Job] = {}
+        self._inflight_batches = 0
         self._window = asyncio.Semaphore(IN_FLIGHT)
         self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget)
         self._proc: mp.process.BaseProcess | None = None
@@ -191,7 +200,7 @@ class DeviceWorker:
     @property
     def idle(self) -> bool:
         """A job submitted now goes straight to the device, without queueing."""
-        return self._queue.empty() and not self._window.locked() and self._ready.is_set()
+        return not self._queue and not self._window.locked() and self._ready.is_set()
 
     @property
     def queue_depth(self) -> int:
@@ -249,22 +258,24 @@ class DeviceWorker:
         output = offsets[0] if in_place else (cursor, out_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
         job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or pickled(op))
+        job.batchable = self.settings.max_batch > 1 and sum(sizes) <= BATCH_BYTES and op.concatenable
         try:
             for (offset, n), data in zip(offsets, inputs):
                 await copy_into(slot.mapping.array[offset : offset + n], data)
         except BaseException:
             job.release()
             raise
-        if self._queue.empty() and not self._window.locked() and self._ready.is_set():
+        if self.idle:
             await self._window.acquire()  # free: this returns at once, with no task hop
-            self._send(job)
+            self._send([job])
         else:
             job.waiting = waiting
             if waiting is not None:
                 waiting(1)
-            self._queue.put_nowait(job)
+            self._queue.append(job)
+            self._queued.set()
         try:
-            kernel_seconds = await job.future
+            kernel_seconds, batch_size = await job.future
         except BaseException:
             if job.id not in self._inflight:  # not on the device: the slot is free again
                 job.release()
@@ -275,31 +286,62 @@ class DeviceWorker:
             kernel_seconds,
             job.started_at - job.queued_at,
             job,
+            batch_size,
         )
 
     async def _dispatch(self) -> None:
         while True:
-            job = await self._queue.get()
+            if not self._queue:
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            job = self._queue.popleft()
+            batch = []
             if not job.future.done():  # else cancelled while queued: it never reaches the device
                 await self._window.acquire()
                 await self._ready.wait()
                 if job.future.done():
                     self._window.release()
                 else:
-                    self._send(job)
-            if job.waiting is not None:  # out of the queue only now: to the device, or dropped
-                job.waiting(-1)
+                    batch = [job, *self._companions(job)]
+                    self._send(batch)
+            for j in batch or [job]:  # out of the queue only now: to the device, or dropped
+                if j.waiting is not None:
+                    j.waiting(-1)
 
-    def _send(self, job: _Job) -> None:
-        """Hand ``job`` to the worker process; the caller holds a place in the in-flight window."""
-        job.started_at = time.perf_counter()
-        self._inflight[job.id] = job
-        self.dispatched += 1
+    def _companions(self, job: _Job) -> list[_Job]:
+        """The jobs right behind ``job`` in the queue that run in its dispatch: the same descriptor,
+        small, up to max_batch in all (dynamic batching: one submission and one message for many
+        requests when they arrive faster than the device answers them one by one)."""
+        batch: list[_Job] = []
+        while job.batchable and self._queue and len(batch) + 1 < self.settings.max_batch:
+            nxt = self._queue[0]
+            if nxt.future.done():  # dropped, here as in _dispatch
+                self._queue.popleft()
+                if nxt.waiting is not None:
+                    nxt.waiting(-1)
+                continue
+            if not nxt.batchable or nxt.key != job.key:
+                break
+            batch.append(self._queue.popleft())
+        return batch
+
+    def _send(self, batch: list[_Job]) -> None:
+        """Hand ``batch`` (jobs of one descriptor, or a single job) to the worker process in one
+        message; the caller holds a place in the in-flight window for it."""
+        started = time.perf_counter()
+        for job in batch:
+            job.started_at = started
+            self._inflight[job.id] = job
+        self.dispatched += len(batch)
+        self.batches += 1
+        self._inflight_batches += 1
+        jobs = [(j.id, j.key, j.slot.mapping.path, j.slot.mapping.size, j.inputs, j.output, j.in_place) for j in batch]
         try:
             assert self._conn is not None
-            self._conn.send_bytes(pickle.dumps(("run", job.id, job.key, job.slot.mapping.path, job.slot.mapping.size, job.inputs, job.output, job.in_place), PROTOCOL))
-        except OSError as exc:  # the worker is gone; _on_exit fails the job
-            log.warning("sending job %d failed: %s", job.id, exc)
+            self._conn.send_bytes(pickle.dumps(("run", jobs), PROTOCOL))
+        except OSError as exc:  # the worker is gone; _on_exit fails the jobs
+            log.warning("sending %d job(s) failed: %s", len(batch), exc)
 
     def _forget(self, path: str) -> None:
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
@@ -323,18 +365,20 @@ class DeviceWorker:
             self._ready.set()
             log.info("device worker ready: %s", self.info["device"]["name"])
             return
-        job = self._inflight.pop(msg[1], None)
+        self._inflight_batches -= 1
         self._window.release()
-        if job is None:
-            return
-        if job.future.done():  # the client left while the device worked
-            job.release()
-        elif kind == "done":
-            job.future.set_result(msg[2])
-        else:
-            _, _, cls, message, fieldname = msg
-            job.release()
-            job.future.set_exception(_error(cls, message, fieldname))
+        for reply in msg[1]:  # one per job: (id, "done", kernel seconds, batch size) or (id, "error", ...)
+            job = self._inflight.pop(reply[0], None)
+            if job is None:
+                continue
+            if job.future.done():  # the client left while the device worked
+                job.release()
+            elif reply[1] == "done":
+                job.future.set_result((reply[2], reply[3]))
+            else:
+                _, _, cls, message, fieldname = reply
+                job.release()
+                job.future.set_exception(_error(cls, message, fieldname))
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
@@ -347,8 +391,10 @@ class DeviceWorker:
             job.release()
             if not job.future.done():
                 job.future.set_exception(DeviceFailure(f"the device worker exited (code {code}) while running this request"))
+        for _ in range(self._inflight_batches):
             self._window.release()
         self._inflight.clear()
+        self._inflight_batches = 0
         if self._closing:
             return
         self.restarts += 1
@@ -375,12 +421,59 @@ def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
 # -- the worker process -----------------------------------------------------------------------------
 
 
-def _execute(engine, mapping: _Mapping, op: OperatorDesc, key: bytes, inputs: list, output: tuple[int, int], in_place: bool) -> float:
-    """One job; its views of the mapping die with this frame, so a later 'forget' can unmap it."""
-    array = mapping.array
+def _run_jobs(engine, ops: OrderedDict[bytes, OperatorDesc], mappings: dict[str, _Mapping], jobs: list) -> list[tuple]:
+    """Run one message's jobs, one reply each. Several jobs (one descriptor) run as one dispatch; if
+    that fails, each runs alone, so that every job gets its own answer."""
+    if len(jobs) > 1:
+        try:
+            return _run_batch(engine, ops, mappings, jobs)
+        except Exception:  # noqa: BLE001 - each job is tried alone below and answers for itself
+            log.exception("a batch of %d jobs failed; running them one by one", len(jobs))
+    return [_run_one(engine, ops, mappings, job) for job in jobs]
+
+
+def _run_one(engine, ops: OrderedDict[bytes, OperatorDesc], mappings: dict[str, _Mapping], job: tuple) -> tuple:
+    job_id, key, path, size, inputs, output, in_place = job
+    try:
+        array = _mapping(mappings, path, size).array
+        before = engine.stats.kernel_seconds
+        engine.execute(_op(ops, key), [array[o : o + n] for o, n in inputs], in_place=in_place, out=array[output[0] : output[0] + output[1]], key=key)
+        return (job_id, "done", engine.stats.kernel_seconds - before, 1)
+    except VkactError as exc:
+        return (job_id, "error", type(exc).__name__, exc.message, exc.field)
+    except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
+        log.exception("job %d failed", job_id)
+        return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
+
+
+def _run_batch(engine, ops: OrderedDict[bytes, OperatorDesc], mappings: dict[str, _Mapping], jobs: list) -> list[tuple]:
+    """Jobs of one descriptor (the HTTP side batches only equal keys) in one dispatch. Their views of
+    the mappings die with this frame, so a later 'forget' can unmap them."""
+    key = jobs[0][1]
+    pairs = []
+    for _, _, path, size, inputs, output, _ in jobs:
+        array = _mapping(mappings, path, size).array
+        pairs.append(([array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]))
     before = engine.stats.kernel_seconds
-    engine.execute(op, [array[o : o + n] for o, n in inputs], in_place=in_place, out=array[output[0] : output[0] + output[1]], key=key)
-    return engine.stats.kernel_seconds - before
+    engine.execute_batch(_op(ops, key), pairs, key)
+    seconds = engine.stats.kernel_seconds - before
+    return [(job[0], "done", seconds, len(jobs)) for job in jobs]
+
+
+def _op(ops: OrderedDict[bytes, OperatorDesc], key: bytes) -> OperatorDesc:
+    op = ops.get(key)
+    if op is None:
+        op = ops[key] = pickle.loads(key)
+        if len(ops) > OPS_CACHED:
+            ops.popitem(last=False)
+    return op
+
+
+def _mapping(mappings: dict[str, _Mapping], path: str, size: int) -> _Mapping:
+    mapping = mappings.get(path)
+    if mapping is None:
+        mapping = mappings[path] = _Mapping(path, size, False)
+    return mapping
 
 
 def _reply(conn: Connection, *msg: Any) -> None:
@@ -441,20 +534,5 @@ def _worker_main(conn: Connection, settings: dict) -> None:
             if m is not None:
                 m.close()
             continue
-        _, job_id, key, path, size, inputs, output, in_place = msg
-        try:
-            op = ops.get(key)
-            if op is None:
-                op = ops[key] = pickle.loads(key)
-                if len(ops) > OPS_CACHED:
-                    ops.popitem(last=False)
-            mapping = mappings.get(path)
-            if mapping is None:
-                mapping = mappings[path] = _Mapping(path, size, False)
-            _reply(conn, "done", job_id, _execute(engine, mapping, op, key, inputs, output, in_place))
-        except VkactError as exc:
-            _reply(conn, "error", job_id, type(exc).__name__, exc.message, exc.field)
-        except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
-            log.exception("job %d failed", job_id)
-            _reply(conn, "error", job_id, "DeviceFailure", f"device failure: {exc}", None)
+        _reply(conn, "done", _run_jobs(engine, ops, mappings, msg[1]))
     engine.close()

@@ -134,4 +134,4 @@ def record_success(request: Request, op: OperatorDesc, started: float, result: R
     series.kernel_seconds.observe(result.kernel_seconds)
     series.bytes_in.inc(bytes_in)
     series.bytes_out.inc(bytes_out)
-    metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds)
+    metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds, result.batch_size)

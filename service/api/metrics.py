@@ -73,8 +73,8 @@ class _ModelStats:
 _HELP = {
     "nv_inference_request_success": ("counter", "Number of successful inference requests, all batch sizes"),
     "nv_inference_request_failure": ("counter", "Number of failed inference requests, all batch sizes"),
-    "nv_inference_count": ("counter", "Number of inferences performed (vkact does not batch: one per request)"),
-    "nv_inference_exec_count": ("counter", "Number of model executions performed"),
+    "nv_inference_count": ("counter", "Number of inferences performed (one per request)"),
+    "nv_inference_exec_count": ("counter", "Number of model executions performed (a dynamic batch is one)"),
     "nv_inference_request_duration_us": ("counter", "Cumulative inference request duration in microseconds"),
     "nv_inference_queue_duration_us": ("counter", "Cumulative inference queuing duration in microseconds"),
     "nv_inference_compute_infer_duration_us": ("counter", "Cumulative compute inference duration in microseconds"),
@@ -113,11 +113,11 @@ class TritonMetrics:
     def failure(self, op: OperatorDesc | type[OperatorDesc]) -> None:
         self._stats(op).nv_inference_request_failure += 1
 
-    def success(self, op: OperatorDesc, seconds: float, queue_seconds: float, kernel_seconds: float) -> None:
+    def success(self, op: OperatorDesc, seconds: float, queue_seconds: float, kernel_seconds: float, batch_size: int = 1) -> None:
         s = self._stats(op)
         s.nv_inference_request_success += 1
         s.nv_inference_count += 1
-        s.nv_inference_exec_count += 1
+        s.nv_inference_exec_count += 1 / batch_size  # one execution per batch, as Triton counts them
         s.nv_inference_request_duration_us += seconds * 1e6
         s.nv_inference_queue_duration_us += queue_seconds * 1e6
         s.nv_inference_compute_infer_duration_us += kernel_seconds * 1e6

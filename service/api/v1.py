@@ -194,5 +194,6 @@ async def device(worker: WorkerDep, settings: SettingsDep) -> dict[str, Any]:
         "workgroup_size": info["local_size"],
         "feature_level": IMPLEMENTED_LEVEL.value,
         "queue_size": settings.queue_size,
+        "max_batch": settings.max_batch,
         "worker_restarts": worker.restarts,
     }

@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport
+from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport, packed_strides
 from ..descriptors.datatypes import NO_KERNEL
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
 from ..errors import DescriptorError, UnsupportedOnDevice
@@ -61,6 +61,24 @@ class OperatorDesc(BaseModel):
     @property
     def data_type(self) -> DataType:
         return self.inputs[0].DataType
+
+    @property
+    def concatenable(self) -> bool:
+        """Executions of equal descriptors can run as one, their buffers end to end: an elementwise
+        operator whose tensors are all packed, of one shape, with no padding at the end (the device
+        worker's batching; see ``concatenated``)."""
+        if self.kind != "elementwise":
+            return False
+        tensors = (*self.inputs, self.output)
+        return all(
+            t.Sizes == self.output.Sizes and t.strides == packed_strides(t.Sizes) and t.total_bytes == t.element_count * t.DataType.info.size
+            for t in tensors
+        )
+
+    def concatenated(self, n: int) -> OperatorDesc:
+        """This (concatenable) descriptor over ``n`` executions' buffers end to end: every tensor 1-D."""
+        sizes = (n * self.output.element_count,)
+        return self.model_copy(update={name: getattr(self, name).like(Sizes=sizes, Strides=None) for name in (*self.input_fields, self.output_field)})
 
     def scalars(self) -> tuple[float, ...]:
         return tuple(float(getattr(self, name)) for name in self.scalar_fields())

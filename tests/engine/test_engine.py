@@ -1,6 +1,7 @@
 """Engine behaviour beyond the maths: reuse, memory types, eviction, limits and contracts."""
 from __future__ import annotations
 
+import pickle
 import threading
 
 import numpy as np
@@ -10,7 +11,7 @@ from client.buffers import to_buffer
 from service.config import Settings
 from service.engine import Engine, bucket
 from service.errors import DescriptorError, InvalidRequest, UnsupportedOnDevice
-from tests.helpers import assert_matches, make_op, run
+from tests.helpers import any_op, assert_matches, make_op, run
 
 WORKLOAD = [  # (kind, dtype, sizes, input strides, in place)
     ("SHRINK", np.float32, (1000,), None, False),
@@ -171,3 +172,40 @@ def test_device_report(engine):
     assert engine.max_workgroup_count == 65535
     assert engine.device.max_storage_buffer_range == 1 << 27
     assert engine.max_tensor_bytes == (1 << 27) - 16  # one 16-byte vector of slack for the packed kernels
+
+
+@pytest.mark.parametrize("kind, dtype, n", [("SHRINK", np.float32, 1000), ("CELU", np.float16, 64), ("SOFTSIGN", np.float32, 3)])
+@pytest.mark.parametrize("jobs", [2, 5])
+def test_a_batch_gives_each_job_what_it_would_get_alone(engine, kind, dtype, n, jobs):
+    """The device worker's dynamic batching: equal descriptors, inputs end to end, one dispatch."""
+    op = make_op(kind, dtype, (n,))
+    rng = np.random.default_rng(n + jobs)
+    xs = [(rng.standard_normal(n) * 3).astype(dtype) for _ in range(jobs)]
+    outs = [np.full(op.output.total_bytes, 0xAB, np.uint8) for _ in range(jobs)]
+    dispatches = engine.stats.dispatches
+    engine.execute_batch(op, [([to_buffer(x)], out) for x, out in zip(xs, outs)], key=pickle.dumps(op))
+    assert engine.stats.dispatches == dispatches + 1
+    for x, out in zip(xs, outs):
+        assert_matches(out.view(dtype), op.reference(x), 4 if dtype is np.float32 else 1)
+
+
+def test_a_batch_of_a_two_input_operator(engine):
+    op = any_op("DML_OPERATOR_ACTIVATION_RELU_GRAD", np.float32, (4, 5))
+    rng = np.random.default_rng(7)
+    pairs = [(rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)) for _ in range(3)]
+    outs = [np.zeros(op.output.total_bytes, np.uint8) for _ in pairs]
+    engine.execute_batch(op, [([to_buffer(x), to_buffer(g)], out) for (x, g), out in zip(pairs, outs)], key=pickle.dumps(op))
+    for (x, g), out in zip(pairs, outs):
+        assert_matches(out.view(np.float32).reshape(4, 5), op.reference(x, g), 0)
+
+
+@pytest.mark.parametrize("op", [
+    make_op("SOFTSIGN", np.float32, (3, 4), (0, 1)),        # broadcasts
+    make_op("SOFTSIGN", np.float16, (3,)),                  # padded to 4 bytes
+    any_op("DML_OPERATOR_ACTIVATION_SOFTMAX", np.float32, (2, 4)),  # a reduction
+], ids=["broadcast", "padded", "reduction"])
+def test_descriptors_that_cannot_run_end_to_end_are_refused(engine, op):
+    assert not op.concatenable
+    buffers = [np.zeros(d.total_bytes, np.uint8) for d in op.inputs]
+    with pytest.raises(InvalidRequest):
+        engine.execute_batch(op, [(buffers, np.zeros(op.output.total_bytes, np.uint8))] * 2, key=pickle.dumps(op))

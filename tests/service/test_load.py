@@ -222,3 +222,47 @@ def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_r
             one_request(client, 3)
     finally:
         stop_server(server)
+
+
+@pytest.mark.timeout(60)
+def test_queued_requests_of_one_descriptor_run_as_one_batch_and_each_gets_its_answer():
+    import asyncio
+
+    from service.config import Settings
+    from service.worker import DeviceWorker
+
+    rng = np.random.default_rng(11)
+    shrink = parse_operator(request_body("SHRINK", np.zeros(300, np.float32), Bias=0.25))
+    celu = parse_operator(request_body("CELU", np.zeros(300, np.float32)))
+    # Long on the device, quick to hand over: one row broadcast (zero stride) to 4,096 x 4,096 elements.
+    slow = parse_operator({"Type": "DML_OPERATOR_ACTIVATION_GELU", "InputTensor": tensor(np.float32, (4096, 4096), (0, 1)),
+                           "OutputTensor": tensor(np.float32, (4096, 4096))})
+    queued = [(shrink, rng.standard_normal(300).astype(np.float32)) for _ in range(5)]
+    queued += [(celu, rng.standard_normal(300).astype(np.float32))]
+    queued += [(shrink, rng.standard_normal(300).astype(np.float32)) for _ in range(3)]
+
+    async def scenario() -> tuple[list[np.ndarray], list[int], int, int]:
+        worker = DeviceWorker(Settings())
+        worker.start()
+        await worker.wait_ready(60)
+        busy = [asyncio.ensure_future(worker.run(slow, [np.zeros(4096 * 4, np.uint8)], False)) for _ in range(2)]
+        while worker.dispatched < 2:  # the window is full: what follows queues
+            await asyncio.sleep(0.001)
+        jobs = [asyncio.ensure_future(worker.run(op, [x.view(np.uint8)], False)) for op, x in queued]
+        outputs, sizes = [], []
+        for job in jobs:
+            result = await job
+            outputs.append(np.frombuffer(result.output, np.float32).copy())
+            sizes.append(result.batch_size)
+            result.release()
+        for r in await asyncio.gather(*busy):
+            r.release()
+        await worker.close()
+        return outputs, sizes, worker.dispatched, worker.batches
+
+    outputs, sizes, dispatched, batches = asyncio.run(scenario())
+    for (op, x), y in zip(queued, outputs):
+        assert_matches(y, op.reference(x), 4)
+    # 2 slow ones alone, then at most three messages for the 9 queued: SHRINK x5, CELU, SHRINK x3
+    assert dispatched == 2 + len(queued) and batches <= 2 + 3
+    assert sizes[5] == 1 and round(sum(1 / n for n in sizes)) == batches - 2  # each job knows its batch's size
