@@ -59,19 +59,6 @@ def test_keyed_calls_replay_their_recorded_command_buffer_on_new_data(memory):
         engine.close()
 
 
-def test_eviction_drops_the_plans_that_used_the_slot():
-    engine = Engine(Settings(pool_bytes=1 << 20))
-    try:
-        for n in (50_000, 10_000, 70_000, 50_000, 10_000):
-            x = np.linspace(-4, 4, n, dtype=np.float32)
-            op = make_op("SOFTSIGN", np.float32, (n,))
-            assert_matches(run(engine, op, x, keyed=True), op.reference(x), 2)
-            assert all(plan.prepared.slot.capacity in engine._slots for plan in engine._plans.values())
-        assert engine.stats.slots_evicted > 0
-    finally:
-        engine.close()
-
-
 @pytest.mark.parametrize("nbytes", [1, 4096, 4097, 5000, 65536, 65537, (1 << 26) + 12])
 def test_buckets_waste_at_most_a_quarter(nbytes):
     cap = bucket(nbytes)
@@ -89,13 +76,16 @@ def test_device_memory_type_gives_the_same_results():
         engine.close()
 
 
-def test_eviction_keeps_the_pool_within_budget_and_results_right():
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_eviction_keeps_the_pool_within_budget_and_results_right(keyed):
+    """Keyed: an evicted slot takes the cached plans (and command buffers) that used it along."""
     engine = Engine(Settings(pool_bytes=1 << 20))
     try:
-        for n in (50_000, 10_000, 70_000, 20_000, 50_000):
+        for n in (50_000, 10_000, 70_000, 20_000, 50_000, 10_000):
             x = np.linspace(-4, 4, n, dtype=np.float32)
             op = make_op("SOFTSIGN", np.float32, (n,))
-            assert_matches(run(engine, op, x), op.reference(x), 2)
+            assert_matches(run(engine, op, x, keyed=keyed), op.reference(x), 2)
+            assert all(plan.prepared.slot.capacity in engine._slots for plan in engine._plans.values())
         assert engine.stats.slots_evicted > 0
         assert engine._pool_bytes <= 1 << 20
     finally:
