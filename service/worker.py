@@ -258,7 +258,6 @@ class DeviceWorker:
         output = offsets[0] if in_place else (cursor, out_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
         job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or pickled(op))
-        job.batchable = self.settings.max_batch > 1 and sum(sizes) <= BATCH_BYTES and op.concatenable
         try:
             for (offset, n), data in zip(offsets, inputs):
                 await copy_into(slot.mapping.array[offset : offset + n], data)
@@ -268,7 +267,8 @@ class DeviceWorker:
         if self.idle:
             await self._window.acquire()  # free: this returns at once, with no task hop
             self._send([job])
-        else:
+        else:  # queued: it may run in one dispatch with others of its descriptor
+            job.batchable = self.settings.max_batch > 1 and sum(sizes) <= BATCH_BYTES and op.concatenable
             job.waiting = waiting
             if waiting is not None:
                 waiting(1)
