@@ -37,6 +37,26 @@ def test_200_concurrent_requests_from_16_threads(server):
         list(pool.map(lambda i: one_request(client, i), range(200)))
 
 
+@pytest.mark.parametrize("kind, dtype", [("SCALED_TANH", np.float32), ("CELU", np.float16)])
+def test_concurrent_requests_of_one_descriptor_each_get_their_own_answer(server, kind, dtype):
+    """Requests that share a descriptor and differ in data, 16 at a time: the device worker batches them
+    (one dispatch, inputs end to end), and every caller must still get the answer to its own tensor."""
+    def request(i: int) -> None:
+        x = (np.random.default_rng(i).standard_normal(512) * 3).astype(dtype)
+        operator = request_body(kind, x)
+        body, headers = binary_request(operator, x.view(np.uint8))
+        got = decode_response(client.post("/v1/execute", content=body, headers=headers), dtype)
+        assert_matches(got, parse_operator(operator).reference(x), max_ulp(kind, dtype))
+
+    model = f'{{model="{kind.lower()}",version="1"}}'
+    with server.client(limits=httpx.Limits(max_connections=16)) as client, ThreadPoolExecutor(16) as pool:
+        before = _metric(client, f"nv_inference_count{model}"), _metric(client, f"nv_inference_exec_count{model}")
+        list(pool.map(request, range(320)))
+        inferences = _metric(client, f"nv_inference_count{model}") - before[0]
+        executions = _metric(client, f"nv_inference_exec_count{model}") - before[1]
+    assert inferences == 320 and executions < 320, (inferences, executions)  # some ran batched
+
+
 def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
     """The big request comes from another process (curl): in this one, httpx would hold the GIL
     while it sends and parses 64 MiB, and the probe would measure the test rather than the server."""
