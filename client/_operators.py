@@ -547,7 +547,7 @@ class OperatorMethods(Generic[_R]):
 
         DML_ACTIVATION_SOFTPLUS_OPERATOR_DESC: log(1 + exp(Steepness * x)) / Steepness. ONNX Softplus (Steepness 1).
 
-        Steepness must not be 0 (the formula divides by it); below DML_FEATURE_LEVEL_6_4 DirectML also
+        Steepness must not be 0 or subnormal as a float32 (the formula divides by it); below DML_FEATURE_LEVEL_6_4 DirectML also
         requires Steepness >= 1, which a request that pins an older FeatureLevel gets.
 
         Type DML_OPERATOR_ACTIVATION_SOFTPLUS.

@@ -5,7 +5,7 @@ from pydantic import field_validator
 
 from ..descriptors.feature_levels import FeatureLevel, modern_float
 from .base import ActivationDesc, Scalar
-from .numerics import f32, split
+from .numerics import divisor, f32, split
 
 
 class Celu(ActivationDesc):
@@ -22,9 +22,7 @@ class Celu(ActivationDesc):
     @field_validator("Alpha")
     @classmethod
     def _nonzero(cls, alpha: float) -> float:
-        if alpha == 0.0:
-            raise ValueError("Alpha must not be 0 (the formula divides by it)")
-        return alpha
+        return divisor("Alpha", alpha)
 
     def kernel(self) -> str:
         return "celu" if self.Alpha > 0 else "celu_negative_alpha"

@@ -12,6 +12,19 @@ def f32(value: float) -> float:
     return float(np.float32(value))
 
 
+#: The smallest normal float32: a kernel may flush anything smaller in magnitude to zero (D3D12 and
+#: Vulkan let fp32 denormals flush), so a divisor below it is zero on some devices.
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def divisor(name: str, value: float) -> float:
+    """``value`` checked as a parameter the formula divides by: refused when zero on a device, that is
+    0 as a float32 or subnormal (some devices flush those, where the reference would not)."""
+    if abs(f32(value)) < FLOAT32_TINY:
+        raise ValueError(f"{name} must not be 0, nor smaller in magnitude than {FLOAT32_TINY:.7g} (the formula divides by it)")
+    return value
+
+
 def split(value: float) -> tuple[float, float]:
     """float32(value) as head + tail, both exact float32s: the head keeps the 12 leading significand
     bits (numerics.glsl head_f), the tail the rest, so a kernel can form exact products with them."""

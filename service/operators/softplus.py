@@ -6,13 +6,13 @@ from pydantic import field_validator
 from ..descriptors.feature_levels import FeatureLevel, legacy_float
 from ..errors import DescriptorError
 from .base import ActivationDesc, Scalar
-from .numerics import f32, softplus_params
+from .numerics import divisor, f32, softplus_params
 
 
 class Softplus(ActivationDesc):
     """DML_ACTIVATION_SOFTPLUS_OPERATOR_DESC: log(1 + exp(Steepness * x)) / Steepness. ONNX Softplus (Steepness 1).
 
-    Steepness must not be 0 (the formula divides by it); below DML_FEATURE_LEVEL_6_4 DirectML also
+    Steepness must not be 0 or subnormal as a float32 (the formula divides by it); below DML_FEATURE_LEVEL_6_4 DirectML also
     requires Steepness >= 1, which a request that pins an older FeatureLevel gets.
     """
 
@@ -26,9 +26,7 @@ class Softplus(ActivationDesc):
     @field_validator("Steepness")
     @classmethod
     def _nonzero(cls, steepness: float) -> float:
-        if f32(steepness) == 0.0:
-            raise ValueError("Steepness must not be 0 (the formula divides by it)")
-        return steepness
+        return divisor("Steepness", steepness)
 
     def check_feature_level(self, level: FeatureLevel) -> None:
         super().check_feature_level(level)

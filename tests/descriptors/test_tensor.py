@@ -69,6 +69,9 @@ def shrink(**fields) -> dict:
         ({**shrink(), "Type": "DML_OPERATOR_ACTIVATION_SHRINKAGE"}, "Type", "unknown operator"),
         ({"InputTensor": tensor(np.float32, (2,))}, "Type", "unknown operator"),
         ({"Type": "DML_OPERATOR_ACTIVATION_CELU", "InputTensor": tensor(np.float32, (2,)), "Alpha": 0.0}, "Alpha", "must not be 0"),
+        # subnormal as a float32 (a device may flush it to 0), or 0 once rounded to float32
+        ({"Type": "DML_OPERATOR_ACTIVATION_CELU", "InputTensor": tensor(np.float32, (2,)), "Alpha": -2.4748388e-39}, "Alpha", "must not be 0"),
+        ({"Type": "DML_OPERATOR_ACTIVATION_SOFTPLUS", "InputTensor": tensor(np.float32, (2,)), "Steepness": 1e-50}, "Steepness", "must not be 0"),
     ],
 )
 def test_invalid_descriptors_name_the_field(body, field, words):
