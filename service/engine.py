@@ -33,6 +33,7 @@ from .descriptors import packed_strides
 from .errors import InvalidRequest, UnsupportedOnDevice
 from .layout import RowLayout, coalesce, row_layout
 from .operators import OperatorDesc
+from .operators.numerics import flush_subnormal
 from .operators.reduction import ReductionDesc
 from .shaders import ShaderCompiler, Variant, all_variants
 from .vulkan_probe import PhysicalDevice, choose, physical_devices
@@ -66,10 +67,12 @@ Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuff
 
 
 def _words(values: Sequence[int | float]) -> np.ndarray:
-    """Push constants as uint32 words, floats bit-cast (kp 0.9 takes the push type from the spec array)."""
+    """Push constants as uint32 words, floats bit-cast (kp 0.9 takes the push type from the spec array).
+    Subnormal floats go as signed zeros: some devices flush them in arithmetic (lavapipe does), others
+    do not, and every device should compute what the reference does (OperatorDesc.reference)."""
     out = np.zeros(PUSH_WORDS, np.uint32)
     for i, v in enumerate(values):
-        out[i] = np.float32(v).view(np.uint32) if isinstance(v, float) else v
+        out[i] = np.float32(flush_subnormal(v)).view(np.uint32) if isinstance(v, float) else v
     return out
 
 

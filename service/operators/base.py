@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport, packed_strides
 from ..descriptors.datatypes import NO_KERNEL
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
+from .numerics import flush_subnormal
 from ..errors import DescriptorError, UnsupportedOnDevice
 
 #: A scalar parameter: DirectML's FLOAT, which must be a finite number here.
@@ -102,9 +103,10 @@ class OperatorDesc(BaseModel):
 
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
         """The numpy reference: compute in float64, cast back to the input's dtype. Scalar fields are
-        DirectML FLOATs, so the reference uses them rounded to float32, as the device does."""
+        DirectML FLOATs, so the reference uses them as the device gets them: rounded to float32, a
+        subnormal one as zero (numerics.flush_subnormal)."""
         dtype = inputs[0].dtype
-        as_float32 = {name: float(np.float32(getattr(self, name))) for name in self.scalar_fields()}
+        as_float32 = {name: flush_subnormal(getattr(self, name)) for name in self.scalar_fields()}
         model = self.model_copy(update=as_float32)
         with np.errstate(all="ignore"):  # overflow to inf, NaN from NaN: both intended
             result = np.asarray(model.formula(*(np.asarray(x, dtype=np.float64) for x in inputs)), dtype=np.float64)

@@ -17,6 +17,13 @@ def f32(value: float) -> float:
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 
+def flush_subnormal(value: float) -> float:
+    """float32(value), a subnormal one as a zero of its sign: what a kernel's parameter is on every
+    device (service/engine.py sends parameters so; the references use them so)."""
+    v = f32(value)
+    return float(np.copysign(0.0, v)) if abs(v) < FLOAT32_TINY else v
+
+
 def divisor(name: str, value: float) -> float:
     """``value`` checked as a parameter the formula divides by: refused when zero on a device, that is
     0 as a float32 or subnormal (some devices flush those, where the reference would not)."""

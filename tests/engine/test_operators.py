@@ -257,3 +257,15 @@ def test_original_activations_are_4d_at_feature_level_1_0(kind):
         make_op(kind, np.float32, (2, 3, 4)).check_feature_level(FeatureLevel.FL_1_0)
     assert error.value.field == "InputTensor.DimensionCount"
     make_op(kind, np.float32, (2, 3, 4)).check_feature_level(FeatureLevel.FL_3_0)
+
+
+@pytest.mark.parametrize("kind, params", [("LINEAR", {"Alpha": 1e-39, "Beta": 0.5}), ("SCALED_TANH", {"Alpha": 2.0, "Beta": -1e-40}),
+                                          ("LEAKY_RELU", {"Alpha": 3e-39})])
+def test_subnormal_parameters_are_zeros_on_every_device(engine, kind, params):
+    """A subnormal FLOAT parameter is sent, and referenced, as a zero of its sign: some devices flush
+    it in arithmetic and some do not, and one descriptor must mean one thing. With inputs large enough
+    that the subnormal would give a normal result."""
+    x = np.array([1e38, -1e38, 3.0, -2.0], np.float32)   # times the subnormal: about 0.1, were it kept
+    op = make_op(kind, np.float32, x.shape, **params)
+    expected = {"LINEAR": [0.5] * 4, "SCALED_TANH": [0.0] * 4, "LEAKY_RELU": [1e38, 0.0, 3.0, 0.0]}[kind]
+    assert op.reference(x).tolist() == pytest.approx(expected) == run(engine, op, x).tolist()
