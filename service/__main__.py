@@ -5,9 +5,13 @@ import argparse
 import logging
 import os
 
-import uvicorn
+# Before numpy loads (here, in the HTTP processes and in the device workers they spawn): no operator
+# path calls BLAS, and an OpenBLAS pool per process would only add threads that spin on 2 cores.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from .config import Settings
+import uvicorn  # noqa: E402
+
+from .config import Settings  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
