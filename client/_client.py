@@ -54,6 +54,14 @@ class _BaseClient:
 
     def __init__(self, encoding: Union[Encoding, str]) -> None:
         self.encoding = Encoding(encoding)
+        self._execute: Optional[httpx.URL] = None
+
+    def _execute_url(self) -> httpx.URL:
+        """/v1/execute on the base URL, resolved once: httpx parses and merges a relative URL on every
+        request, a third of building one."""
+        if self._execute is None:
+            self._execute = self._http.build_request("POST", EXECUTE).url
+        return self._execute
 
     @property
     def base_url(self) -> httpx.URL:
@@ -100,7 +108,7 @@ class _BaseClient:
         }
         if feature_level is not None:
             body["FeatureLevel"] = feature_level_name(feature_level)
-        request = self._http.build_request("POST", EXECUTE, **_content(body, tensors, enc))
+        request = self._http.build_request("POST", self._execute_url(), **_content(body, tensors, enc))
         return _Call(request, scalar=all(np.ndim(a) == 0 for a in arrays))
 
     def _get(self, path: str) -> httpx.Request:

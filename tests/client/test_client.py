@@ -157,6 +157,25 @@ def test_headers_and_base_url_are_used(server: FakeServer) -> None:
     assert request.headers["X-Trace"] == "abc" and str(request.url) == "http://vkact.test/v1/execute"
 
 
+@pytest.mark.parametrize("base", ["http://gateway.test/vkact", "http://gateway.test/vkact/"])
+def test_a_base_url_with_a_path_prefixes_every_request(server: FakeServer, base: str) -> None:
+    """Behind a gateway that routes a path prefix; /v1/execute is resolved once and reused."""
+    seen: list[str] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:  # strips the prefix, as the gateway would
+        seen.append(str(request.url))
+        path = request.url.path.removeprefix("/vkact")
+        if path == "/health/live":
+            return httpx.Response(200, json={"live": True})
+        return server(httpx.Request(request.method, request.url.copy_with(path=path), headers=request.headers, content=request.content))
+
+    with Client(base, transport=httpx.MockTransport(gateway)) as vk:
+        assert vk.softsign(np.ones(1, np.float32)).tolist() == [-1.0]
+        assert vk.softsign(np.ones(2, np.float32)).tolist() == [-1.0, -1.0]
+        assert vk.live()
+    assert seen == ["http://gateway.test/vkact/v1/execute"] * 2 + ["http://gateway.test/vkact/health/live"]
+
+
 def test_generated_methods_follow_the_registry() -> None:
     from service.client_codegen import snake
     from service.operators import OPERATORS, short_name
