@@ -30,6 +30,11 @@ from typing import Any, Union
 
 import numpy as np
 
+try:  # optional: the client needs only numpy and httpx
+    import orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    orjson = None
+
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_CONTENT_TYPE = "application/octet-stream"
 Bytes = Union[bytes, bytearray, memoryview, np.ndarray]
@@ -145,10 +150,23 @@ def frame_parts(body: Bytes, header_length: str | None) -> tuple[memoryview, mem
     return view[:n], view[n:]
 
 
+def _loads(raw: memoryview) -> Any:
+    """JSON text as Python values: by orjson where it is installed (the service has it), else by the
+    json module, which also takes over whatever orjson refuses (bare NaN and Infinity tokens, which
+    json.dumps writes, integers beyond 64 bits, numbers out of range, invalid text), so the result
+    and the errors are the json module's either way."""
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(bytes(raw))
+
+
 def parse_header(raw: memoryview) -> dict:
     """A frame's JSON header (a JSON object), or a CodecError."""
     try:
-        value = json.loads(bytes(raw))
+        value = _loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CodecError(f"malformed JSON: {exc}") from None
     except RecursionError:  # json's decoder recurses once per level of nesting

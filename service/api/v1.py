@@ -1,14 +1,13 @@
 """/v1: execute one operator, the operator catalog, the device report."""
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from client.codec import (
@@ -32,6 +31,7 @@ from ..worker import DeviceWorker, pickled
 from .catalog import catalog
 from .execution import answered, binary_frame, read_body, run_on_device
 from .header_cache import HeaderCache
+from .json_text import dumps
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -134,7 +134,7 @@ async def execute(request: Request) -> Response:
         if parsed.binary is not None:
             cache.put(key, parsed)
     op = parsed.op
-    name = request.state.operator = op.type_name()
+    request.state.operator = op.type_name()  # failures from here on count against the operator
 
     result = await run_on_device(request, op, buffers, parsed.req.InPlace, parsed.key)
     if result is None:  # the client left
@@ -143,12 +143,12 @@ async def execute(request: Request) -> Response:
         out = np.frombuffer(result.output, np.uint8)
         if parsed.encoding is Encoding.BINARY:
             if parsed.head is None:
-                parsed.head = _dumps(_head(op, {"binary_data_size": out.nbytes}))
+                parsed.head = dumps(_head(op, {"binary_data_size": out.nbytes}))
             response: Response = Response(
                 await binary_frame(parsed.head, [out]), media_type=BINARY_CONTENT_TYPE, headers={HEADER_LENGTH: str(len(parsed.head))}
             )
         else:
-            response = JSONResponse(_head(op, encode_data(out, op.data_type.info.numpy, op.output.span_bytes(), parsed.encoding)))
+            response = Response(dumps(_head(op, encode_data(out, op.data_type.info.numpy, op.output.span_bytes(), parsed.encoding))), media_type="application/json")
     finally:
         del out
         result.release()
@@ -158,10 +158,6 @@ async def execute(request: Request) -> Response:
 
 def _head(op: OperatorDesc, output: Any) -> dict[str, Any]:
     return {"Operator": op.type_name(), "OutputTensor": op.output.model_dump(mode="json"), "Output": output}
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 @router.get("/operators", summary="The operator catalog")

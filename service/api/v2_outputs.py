@@ -2,7 +2,6 @@
 or written into a shared memory region)."""
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
@@ -16,6 +15,7 @@ from ..errors import InvalidRequest
 from ..operators import OperatorDesc
 from ..worker import Result, copy_into
 from .execution import binary_frame
+from .json_text import dumps
 from .metrics import MODEL_VERSION
 from .v2_codec import InferenceRequest
 from .v2_models import DML_TO_V2
@@ -104,7 +104,7 @@ async def encode_response(
     if request_id is not None:
         head["id"] = request_id
     head["outputs"] = outputs
-    head_bytes = json.dumps(head, separators=(",", ":")).encode()
+    head_bytes = dumps(head)
     if not binaries:
         return head_bytes, None
     return await binary_frame(head_bytes, binaries), len(head_bytes)

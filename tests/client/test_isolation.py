@@ -1,4 +1,5 @@
-"""The client installs without the service: it may import numpy and httpx, never service/ or pydantic."""
+"""The client installs without the service: it may import numpy and httpx, never service/ or pydantic,
+and it works without orjson (which it uses when present)."""
 from __future__ import annotations
 
 import subprocess
@@ -10,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import sys
 sys.modules["service"] = None  # any `import service...` now raises ImportError
+sys.modules["orjson"] = None   # as where only the client is installed
 import httpx, numpy as np
 import client
 from client import Client
@@ -20,6 +22,7 @@ def handler(request):
     desc = header["Operator"]["InputTensor"]
     return httpx.Response(200, json={"Operator": header["Operator"]["Type"], "OutputTensor": desc, "Output": [-1.0, -2.0]})
 
+assert codec.orjson is None and codec.parse_header(memoryview(b'{"x": NaN}'))["x"] != 0
 with Client(transport=httpx.MockTransport(handler)) as vk:
     assert vk.celu(np.array([1.0, 2.0], np.float32), alpha=2.0).tolist() == [-1.0, -2.0]
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("service", "pydantic", "kp", "fastapi") and sys.modules[m] is not None)
