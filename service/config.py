@@ -33,3 +33,4 @@ class Settings(BaseSettings):
     queue_size: int = Field(64, ge=1, description="requests waiting for the device before 503")
     max_body_bytes: int = Field(256 << 20, ge=1024)
     request_timeout_s: float = Field(60.0, gt=0)
+    device_timeout_s: float = Field(120.0, gt=0, description="a job on the device longer than this means a hung device: the worker is killed and restarted")

@@ -37,6 +37,7 @@ ALIGN = 64
 PROTOCOL = pickle.HIGHEST_PROTOCOL  # messages are plain tuples: pickle, not multiprocessing's ForkingPickler
 OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes
 BATCH_BYTES = 1 << 20  # inputs up to this size may be batched (larger ones gain nothing from it)
+WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
 IN_FLIGHT = 2          # jobs handed to the worker at once: one running, one ready to start
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
@@ -189,6 +190,7 @@ class DeviceWorker:
         self._conn: Connection | None = None
         self._ready = asyncio.Event()
         self._dispatcher: asyncio.Task | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
         self._closing = False
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -218,6 +220,22 @@ class DeviceWorker:
         loop.add_reader(self._proc.sentinel, self._on_exit)
         if self._dispatcher is None:
             self._dispatcher = asyncio.create_task(self._dispatch(), name="vkact-dispatch")
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(WATCH_INTERVAL_S, self._watch)
+
+    def _watch(self) -> None:
+        """Kill a worker whose oldest job has been on the device for longer than device_timeout_s: a
+        hung device or driver must not hold the service. Its jobs fail, readiness drops until the
+        restarted worker reports, and the queue moves again (Kubernetes stops routing here meanwhile)."""
+        if self._closing:
+            return
+        self._watchdog = asyncio.get_running_loop().call_later(WATCH_INTERVAL_S, self._watch)
+        if not self._inflight or self._proc is None or not self._proc.is_alive():
+            return
+        running = time.perf_counter() - min(job.started_at for job in self._inflight.values())
+        if running > self.settings.device_timeout_s:
+            log.error("a job has been on the device for %.0f s (device_timeout_s %g): killing the device worker", running, self.settings.device_timeout_s)
+            self._proc.kill()  # _on_exit fails its jobs and starts another
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         await asyncio.wait_for(self._ready.wait(), timeout)
@@ -226,6 +244,8 @@ class DeviceWorker:
         self._closing = True
         if self._dispatcher:
             self._dispatcher.cancel()
+        if self._watchdog:
+            self._watchdog.cancel()
         loop = asyncio.get_running_loop()
         if self._proc is not None:
             loop.remove_reader(self._proc.sentinel)

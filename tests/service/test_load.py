@@ -286,3 +286,31 @@ def test_queued_requests_of_one_descriptor_run_as_one_batch_and_each_gets_its_an
     # 2 slow ones alone, then at most three messages for the 9 queued: SHRINK x5, CELU, SHRINK x3
     assert dispatched == 2 + len(queued) and batches <= 2 + 3
     assert sizes[5] == 1 and round(sum(1 / n for n in sizes)) == batches - 2  # each job knows its batch's size
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_device_worker_is_killed_and_the_service_recovers():
+    """SIGSTOP plays a hung device: the request on it gets its 504, the watchdog kills the worker once
+    the job has been on the device past device_timeout_s, readiness drops, and after the restart
+    requests are answered again."""
+    server = start_server(request_timeout_s=1, device_timeout_s=2)
+    try:
+        with server.client() as client:
+            one_request(client, 1)
+            pid = worker_pid(server)
+            os.kill(pid, signal.SIGSTOP)
+            x = np.ones(16, np.float32)
+            body, headers = binary_request(request_body("SOFTSIGN", x), x.view(np.uint8))
+            assert client.post("/v1/execute", content=body, headers=headers).status_code == 504
+            deadline = time.monotonic() + 60
+            while client.get("/v1/device").json()["worker_restarts"] < 1:
+                assert time.monotonic() < deadline, "the hung worker was never killed"
+                time.sleep(0.1)
+            assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
+            while client.get("/health/ready").status_code != 200:
+                assert time.monotonic() < deadline, "the worker did not come back"
+                time.sleep(0.1)
+            for i in range(3):
+                one_request(client, i)
+    finally:
+        stop_server(server)
