@@ -112,17 +112,22 @@ def worker_pid(server) -> int:
     return workers[0]
 
 
+def await_restarted_worker(client: httpx.Client, seconds: float) -> None:
+    """Until a restarted device worker is ready: the restart count first (readiness read before it could
+    predate the worker's end)."""
+    deadline = time.monotonic() + seconds
+    while client.get("/v1/device").json()["worker_restarts"] < 1 or client.get("/health/ready").status_code != 200:
+        assert time.monotonic() < deadline, "the worker did not come back"
+        time.sleep(0.1)
+
+
 def test_a_crashed_worker_is_restarted():
     server = start_server()
     try:
         with server.client() as client:
             one_request(client, 1)
             os.kill(worker_pid(server), signal.SIGKILL)
-            deadline = time.monotonic() + 30
-            # the restart count first: readiness read before it could predate the crash
-            while client.get("/v1/device").json()["worker_restarts"] < 1 or client.get("/health/ready").status_code != 200:
-                assert time.monotonic() < deadline, "the worker did not come back"
-                time.sleep(0.1)
+            await_restarted_worker(client, 30)
             for i in range(5):
                 one_request(client, i)
     finally:
@@ -302,14 +307,8 @@ def test_a_hung_device_worker_is_killed_and_the_service_recovers():
             x = np.ones(16, np.float32)
             body, headers = binary_request(request_body("SOFTSIGN", x), x.view(np.uint8))
             assert client.post("/v1/execute", content=body, headers=headers).status_code == 504
-            deadline = time.monotonic() + 60
-            while client.get("/v1/device").json()["worker_restarts"] < 1:
-                assert time.monotonic() < deadline, "the hung worker was never killed"
-                time.sleep(0.1)
-            assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
-            while client.get("/health/ready").status_code != 200:
-                assert time.monotonic() < deadline, "the worker did not come back"
-                time.sleep(0.1)
+            await_restarted_worker(client, 60)
+            assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]  # killed
             for i in range(3):
                 one_request(client, i)
     finally:
