@@ -265,6 +265,19 @@ class Rate:
         return self.requests / self.seconds
 
 
+def timed_phase(call: Callable[[], object], count: int, where: tuple[int, int], barrier: Any, results: Any) -> None:
+    """One load client's timed phase: wait for the others, make ``count`` calls one after the other,
+    report (client index, phase, start, end, latencies) to run_load_clients."""
+    barrier.wait()
+    latency = []
+    started = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
+    for _ in range(count):
+        t = time.perf_counter()
+        call()
+        latency.append(time.perf_counter() - t)
+    results.put((*where, started, time.perf_counter(), latency))
+
+
 def _load_client(index: int, phases: list[tuple[str, bytes, dict[str, str], int]], barrier: Any, results: Any) -> None:
     """One of the concurrent clients: per phase, warm up its connection, wait for the others, then send
     its requests one after the other."""
@@ -278,14 +291,7 @@ def _load_client(index: int, phases: list[tuple[str, bytes, dict[str, str], int]
             http = clients[url]
             for _ in range(warmup):
                 post(http, p)
-            barrier.wait()
-            latency = []
-            started = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
-            for _ in range(count):
-                t = time.perf_counter()
-                post(http, p)
-                latency.append(time.perf_counter() - t)
-            results.put((index, phase, started, time.perf_counter(), latency))
+            timed_phase(lambda: post(http, p), count, (index, phase), barrier, results)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which stops the run
         barrier.abort()
         results.put((index, -1, 0.0, 0.0, repr(exc)))

@@ -309,14 +309,7 @@ def _load_client(index: int, phases: list[tuple[Target, int]], x: np.ndarray, ba
             call = callers[target.key]
             for _ in range(warmup):
                 call()
-            barrier.wait()
-            latency = []
-            started = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
-            for _ in range(count):
-                t = time.perf_counter()
-                call()
-                latency.append(time.perf_counter() - t)
-            results.put((index, phase, started, time.perf_counter(), latency))
+            svc.timed_phase(call, count, (index, phase), barrier, results)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which stops the run
         barrier.abort()
         results.put((index, -1, 0.0, 0.0, repr(exc)))
