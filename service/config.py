@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,8 +29,15 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, description="HTTP worker processes (uvicorn)")
     worker_nice: int = Field(10, ge=0, le=19, description="scheduling niceness of the device driver's threads: on a CPU device (lavapipe) they must not starve the HTTP process's probes")
+    pin_cpu: str = Field("auto", pattern=r"^(auto|off|[0-9]+)$", description="'auto' (on a CPU device with one HTTP process: the last allowed CPU), 'off', or a CPU number: the event loop, the device worker's job thread and, during one-workgroup dispatches, the driver's threads share that CPU (see service/cpu_placement.py)")
     max_batch: int = Field(8, ge=1, le=64, description="queued requests of one descriptor run as one dispatch, up to this many (1: never)")
     queue_size: int = Field(64, ge=1, description="requests waiting for the device before 503")
     max_body_bytes: int = Field(256 << 20, ge=1024)
     request_timeout_s: float = Field(60.0, gt=0)
     device_timeout_s: float = Field(120.0, gt=0, description="a job on the device longer than this means a hung device: the worker is killed and restarted")
+
+    @model_validator(mode="after")
+    def _one_process_per_pinned_cpu(self) -> "Settings":
+        if self.workers > 1 and self.pin_cpu not in ("auto", "off"):
+            raise ValueError(f"pin_cpu {self.pin_cpu} with {self.workers} HTTP processes would put all of them on one CPU: use 'auto' or 'off'")
+        return self

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -96,6 +96,7 @@ class Prepared:
     slot: _Slot
     meta: list[int] | None   # the strided kernels' layout table
     clear: bool              # the output has gaps to zero first
+    workgroups: int = 1      # of the dispatch
 
 
 @dataclass
@@ -147,12 +148,15 @@ class Engine:
         self._compiler = ShaderCompiler(settings)
         self._spirv: dict[Variant, bytes] = {}
         self._slots: OrderedDict[int, _Slot] = OrderedDict()
-        self._algorithms: dict[tuple, kp.Algorithm] = {}  # (variant, capacity, in_place[, groups])
+        self._algorithms: dict[tuple, tuple[kp.Algorithm, int]] = {}  # (variant, capacity, in_place[, groups]): with its workgroups
         self._pool_bytes = 0
         self._seq = self._mgr.sequence()
         self._plans: OrderedDict[tuple[Hashable, bool], _Plan] = OrderedDict()
         self._batched: OrderedDict[tuple[Hashable, int], OperatorDesc] = OrderedDict()  # (key, jobs): descriptor end to end
         self.stats = EngineStats()
+        # Told each dispatch's workgroup count just before it is submitted (the device worker places
+        # a CPU driver's threads by it: see cpu_placement).
+        self.on_dispatch: Callable[[int], None] | None = None
 
     # -- set-up -------------------------------------------------------------------------------------
 
@@ -215,6 +219,8 @@ class Engine:
         if plan.prepared.meta is not None:
             views["meta"].view(np.uint32)[: len(plan.prepared.meta)] = plan.prepared.meta
 
+        if self.on_dispatch is not None:
+            self.on_dispatch(plan.prepared.workgroups)
         started = time.perf_counter()
         if plan.sequence is not None:
             plan.sequence.eval()
@@ -290,8 +296,8 @@ class Engine:
             meta = None if layout.packed else layout.meta_words()
             clear = not layout.packed
         slot = self._slot(min(bucket(max(d.total_bytes for d in (*op.inputs, op.output)) + UNIT_BYTES), self._max_binding))
-        algorithm = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
-        return Prepared(algorithm, push, slot, meta, clear and not in_place)
+        algorithm, groups = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
+        return Prepared(algorithm, push, slot, meta, clear and not in_place, groups)
 
     def workgroups(self, units: int) -> int:
         """Workgroups of an elementwise dispatch over ``units`` (16-byte units, or elements when
@@ -419,19 +425,19 @@ class Engine:
         slot = self._slots.pop(capacity)
         self._plans.clear()  # a cached plan may use this slot
         for key in [k for k in self._algorithms if k[1] == capacity]:
-            self._algorithms.pop(key).destroy()
+            self._algorithms.pop(key)[0].destroy()
         for name, tensor in slot.tensors.items():
             self._pool_bytes -= META_WORDS * 4 if name == "meta" else slot.capacity
             tensor.destroy()
         self.stats.slots_evicted += 1
 
-    def _algorithm(self, variant: Variant, slot: _Slot, in_place: bool, itemsize: int, groups: int | None = None) -> kp.Algorithm:
-        """The pipeline of ``variant`` on ``slot``'s buffers. Elementwise kernels (groups None) get the
-        workgroup count that covers the slot; reductions say theirs, which is part of the key."""
+    def _algorithm(self, variant: Variant, slot: _Slot, in_place: bool, itemsize: int, groups: int | None = None) -> tuple[kp.Algorithm, int]:
+        """The pipeline of ``variant`` on ``slot``'s buffers and its workgroup count. Elementwise kernels
+        (groups None) get the count that covers the slot; reductions say theirs, which is part of the key."""
         key = (variant, slot.capacity, in_place) if groups is None else (variant, slot.capacity, in_place, groups)
-        algorithm = self._algorithms.get(key)
-        if algorithm is not None:
-            return algorithm
+        cached = self._algorithms.get(key)
+        if cached is not None:
+            return cached
         spirv = self._spirv.get(variant)
         if spirv is None:
             spirv = self._spirv[variant] = self._compiler.spirv(variant)
@@ -444,6 +450,6 @@ class Engine:
             groups = self.workgroups(units)
         spec = np.array([self.settings.local_size], np.uint32)
         algorithm = self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, _words([]))
-        self._algorithms[key] = algorithm
+        self._algorithms[key] = algorithm, groups
         self.stats.pipelines_created += 1
-        return algorithm
+        return algorithm, groups

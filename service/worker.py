@@ -29,6 +29,7 @@ import numpy as np
 
 from .buckets import bucket
 from .config import Settings
+from .cpu_placement import DriverThreads, choose_cpu, pin_this_thread, unpinned_executor
 from .errors import Busy, DeviceFailure, VkactError
 from .operators import OperatorDesc
 
@@ -192,6 +193,7 @@ class DeviceWorker:
         self._dispatcher: asyncio.Task | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._closing = False
+        self.pinned_cpu: int | None = None           # the event loop's CPU, when pinned
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -212,7 +214,8 @@ class DeviceWorker:
         ctx = mp.get_context("spawn")  # never fork a process that may hold Vulkan state or threads
         parent, child = ctx.Pipe()
         self._conn = parent
-        self._proc = ctx.Process(target=_worker_main, args=(child, self.settings.model_dump()), name="vkact-device", daemon=True)
+        cpu = choose_cpu(self.settings.pin_cpu, self.settings.workers)
+        self._proc = ctx.Process(target=_worker_main, args=(child, self.settings.model_dump(), cpu), name="vkact-device", daemon=True)
         self._proc.start()
         child.close()
         loop = asyncio.get_running_loop()
@@ -382,6 +385,7 @@ class DeviceWorker:
         kind = msg[0]
         if kind == "ready":
             self.info = msg[1]
+            self._pin_loop(self.info["pinned_cpu"])
             self._ready.set()
             log.info("device worker ready: %s", self.info["device"]["name"])
             return
@@ -399,6 +403,17 @@ class DeviceWorker:
                 _, _, cls, message, fieldname = reply
                 job.release()
                 job.future.set_exception(_error(cls, message, fieldname))
+
+    def _pin_loop(self, cpu: int | None) -> None:
+        """Put the event loop on the CPU of the worker's job thread (see cpu_placement), once."""
+        if cpu is None or self.pinned_cpu == cpu:
+            return
+        loop = asyncio.get_running_loop()
+        if self.pinned_cpu is None:
+            loop.set_default_executor(unpinned_executor())
+        if pin_this_thread(cpu):
+            self.pinned_cpu = cpu
+            log.info("event loop and device job thread on CPU %d", cpu)
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
@@ -524,12 +539,23 @@ def _engine_with_nice_driver_threads(make: Callable[[Settings], Any], config: Se
     return made[0]
 
 
-def _worker_main(conn: Connection, settings: dict) -> None:
+def _place(engine, config: Settings, cpu: int | None) -> int | None:
+    """Pin the job thread (this one) to ``cpu`` where the setting asks for it: 'auto' on a CPU device
+    only; on one, the driver's threads follow it for one-workgroup dispatches. The pinned CPU, or None."""
+    if cpu is None or (config.pin_cpu == "auto" and not engine.device.is_cpu) or not pin_this_thread(cpu):
+        return None
+    if engine.device.is_cpu:
+        engine.on_dispatch = DriverThreads(cpu).fit
+    return cpu
+
+
+def _worker_main(conn: Connection, settings: dict, cpu: int | None = None) -> None:
     from .engine import Engine  # kp is imported here, in the worker process only
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = Settings(**settings)
     engine = _engine_with_nice_driver_threads(Engine, config)
+    pinned = _place(engine, config, cpu)
     variants = engine.load_shaders()
     conn.send(("ready", {
         "device": engine.device.as_dict(),
@@ -539,6 +565,7 @@ def _worker_main(conn: Connection, settings: dict) -> None:
         "local_size": engine.settings.local_size,
         "shader_variants": variants,
         "pid": os.getpid(),
+        "pinned_cpu": pinned,
     }))
     mappings: dict[str, _Mapping] = {}
     ops: OrderedDict[bytes, OperatorDesc] = OrderedDict()

@@ -192,4 +192,5 @@ async def device(worker: WorkerDep, settings: SettingsDep) -> dict[str, Any]:
         "queue_size": settings.queue_size,
         "max_batch": settings.max_batch,
         "worker_restarts": worker.restarts,
+        "pinned_cpu": info.get("pinned_cpu"),  # the event loop's and the job thread's CPU (VKACT_PIN_CPU)
     }

@@ -142,7 +142,7 @@ def test_a_queued_request_whose_caller_left_never_reaches_the_device():
     from service.worker import DeviceWorker
 
     async def scenario() -> tuple[int, int]:
-        worker = DeviceWorker(Settings())
+        worker = DeviceWorker(Settings(pin_cpu="off"))  # in-process: never pin the test runner's thread
         worker.start()
         await worker.wait_ready(60)
         big = parse_operator(request_body("CELU", np.zeros(1 << 23, np.float32)))
@@ -267,7 +267,7 @@ def test_queued_requests_of_one_descriptor_run_as_one_batch_and_each_gets_its_an
     queued += [(shrink, rng.standard_normal(300).astype(np.float32)) for _ in range(3)]
 
     async def scenario() -> tuple[list[np.ndarray], list[int], int, int]:
-        worker = DeviceWorker(Settings())
+        worker = DeviceWorker(Settings(pin_cpu="off"))  # in-process: never pin the test runner's thread
         worker.start()
         await worker.wait_ready(60)
         busy = [asyncio.ensure_future(worker.run(slow, [np.zeros(4096 * 4, np.uint8)], False)) for _ in range(2)]
