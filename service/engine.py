@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -154,9 +154,6 @@ class Engine:
         self._plans: OrderedDict[tuple[Hashable, bool], _Plan] = OrderedDict()
         self._batched: OrderedDict[tuple[Hashable, int], OperatorDesc] = OrderedDict()  # (key, jobs): descriptor end to end
         self.stats = EngineStats()
-        # Told each dispatch's workgroup count just before it is submitted (the device worker places
-        # a CPU driver's threads by it: see cpu_placement).
-        self.on_dispatch: Callable[[int], None] | None = None
 
     # -- set-up -------------------------------------------------------------------------------------
 
@@ -219,8 +216,6 @@ class Engine:
         if plan.prepared.meta is not None:
             views["meta"].view(np.uint32)[: len(plan.prepared.meta)] = plan.prepared.meta
 
-        if self.on_dispatch is not None:
-            self.on_dispatch(plan.prepared.workgroups)
         started = time.perf_counter()
         if plan.sequence is not None:
             plan.sequence.eval()
@@ -295,9 +290,22 @@ class Engine:
             push = _words([layout.count, len(layout.sizes), *op.shader_params()])
             meta = None if layout.packed else layout.meta_words()
             clear = not layout.packed
-        slot = self._slot(min(bucket(max(d.total_bytes for d in (*op.inputs, op.output)) + UNIT_BYTES), self._max_binding))
+        slot = self._slot(self._capacity(op))
         algorithm, groups = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
         return Prepared(algorithm, push, slot, meta, clear and not in_place, groups)
+
+    def dispatch_workgroups(self, op: OperatorDesc) -> int:
+        """The workgroup count of ``op``'s dispatch (what ``prepare(op).workgroups`` says), worked out
+        without creating anything: the device worker picks an engine by it."""
+        if isinstance(op, ReductionDesc):
+            return self._reduction(op)[4]
+        unit = UNIT_BYTES if coalesce((*op.inputs, op.output)).packed else op.data_type.info.size
+        return self.workgroups(self._capacity(op) // unit)
+
+    def _capacity(self, op: OperatorDesc) -> int:
+        """The buffer slot an execution of ``op`` uses: its largest tensor's size bucket, plus the packed
+        kernels' one vector of slack."""
+        return min(bucket(max(d.total_bytes for d in (*op.inputs, op.output)) + UNIT_BYTES), self._max_binding)
 
     def workgroups(self, units: int) -> int:
         """Workgroups of an elementwise dispatch over ``units`` (16-byte units, or elements when

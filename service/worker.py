@@ -29,7 +29,7 @@ import numpy as np
 
 from .buckets import bucket
 from .config import Settings
-from .cpu_placement import DriverThreads, choose_cpu, pin_this_thread, unpinned_executor
+from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor
 from .errors import Busy, DeviceFailure, VkactError
 from .operators import OperatorDesc
 
@@ -215,7 +215,7 @@ class DeviceWorker:
         parent, child = ctx.Pipe()
         self._conn = parent
         cpu = choose_cpu(self.settings.pin_cpu, self.settings.workers)
-        self._proc = ctx.Process(target=_worker_main, args=(child, self.settings.model_dump(), cpu), name="vkact-device", daemon=True)
+        self._proc = ctx.Process(target=_worker_main, args=(child, self.settings.model_dump(), cpu, PROCESS_CPUS), name="vkact-device", daemon=True)
         self._proc.start()
         child.close()
         loop = asyncio.get_running_loop()
@@ -411,7 +411,7 @@ class DeviceWorker:
         loop = asyncio.get_running_loop()
         if self.pinned_cpu is None:
             loop.set_default_executor(unpinned_executor())
-        if pin_this_thread(cpu):
+        if set_thread_cpus({cpu}):
             self.pinned_cpu = cpu
             log.info("event loop and device job thread on CPU %d", cpu)
 
@@ -456,52 +456,82 @@ def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
 # -- the worker process -----------------------------------------------------------------------------
 
 
-def _run_jobs(engine, ops: OrderedDict[bytes, OperatorDesc], mappings: dict[str, _Mapping], jobs: list) -> list[tuple]:
-    """Run one message's jobs, one reply each. Several jobs (one descriptor) run as one dispatch; if
-    that fails, each runs alone, so that every job gets its own answer."""
-    if len(jobs) > 1:
+class _Engines:
+    """The worker's engines and what it keeps of its jobs: descriptors unpickled by their bytes, and
+    the engine each runs on. On llvmpipe a second engine, made with LP_NUM_THREADS=0, takes the
+    one-workgroup dispatches: its submit thread runs the workgroup itself, where the first engine's
+    hands it to its compute pool (one broadcast wake-up for all of the pool's threads) and waits
+    for it (measured: 23 us a 1,024-element dispatch against 56). Larger dispatches keep the pool."""
+
+    def __init__(self, main, small=None) -> None:
+        self.main, self.small = main, small
+        self._ops: OrderedDict[bytes, tuple[OperatorDesc, Any]] = OrderedDict()
+
+    def load_shaders(self) -> int:
+        if self.small is not None:
+            self.small.load_shaders()
+        return self.main.load_shaders()
+
+    def close(self) -> None:
+        for engine in (self.small, self.main):
+            if engine is not None:
+                engine.close()
+
+    def op(self, key: bytes) -> tuple[OperatorDesc, Any]:
+        """The descriptor pickled as ``key`` and the engine that runs it alone."""
+        found = self._ops.get(key)
+        if found is None:
+            op = pickle.loads(key)
+            found = self._ops[key] = (op, self._engine_for(op))
+            if len(self._ops) > OPS_CACHED:
+                self._ops.popitem(last=False)
+        return found
+
+    def _engine_for(self, op: OperatorDesc) -> Any:
+        if self.small is None:
+            return self.main
         try:
-            return _run_batch(engine, ops, mappings, jobs)
-        except Exception:  # noqa: BLE001 - each job is tried alone below and answers for itself
-            log.exception("a batch of %d jobs failed; running them one by one", len(jobs))
-    return [_run_one(engine, ops, mappings, job) for job in jobs]
+            return self.small if self.main.dispatch_workgroups(op) == 1 else self.main
+        except VkactError:  # not runnable: the main engine says why when it is run
+            return self.main
 
+    def run_jobs(self, mappings: dict[str, _Mapping], jobs: list) -> list[tuple]:
+        """Run one message's jobs, one reply each. Several jobs (one descriptor) run as one dispatch;
+        if that fails, each runs alone, so that every job gets its own answer."""
+        if len(jobs) > 1:
+            try:
+                return self._run_batch(mappings, jobs)
+            except Exception:  # noqa: BLE001 - each job is tried alone below and answers for itself
+                log.exception("a batch of %d jobs failed; running them one by one", len(jobs))
+        return [self._run_one(mappings, job) for job in jobs]
 
-def _run_one(engine, ops: OrderedDict[bytes, OperatorDesc], mappings: dict[str, _Mapping], job: tuple) -> tuple:
-    job_id, key, path, size, inputs, output, in_place = job
-    try:
-        array = _mapping(mappings, path, size).array
-        before = engine.stats.kernel_seconds
-        engine.execute(_op(ops, key), [array[o : o + n] for o, n in inputs], in_place=in_place, out=array[output[0] : output[0] + output[1]], key=key)
-        return (job_id, "done", engine.stats.kernel_seconds - before, 1)
-    except VkactError as exc:
-        return (job_id, "error", type(exc).__name__, exc.message, exc.field)
-    except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
-        log.exception("job %d failed", job_id)
-        return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
+    def _run_one(self, mappings: dict[str, _Mapping], job: tuple) -> tuple:
+        job_id, key, path, size, inputs, output, in_place = job
+        try:
+            array = _mapping(mappings, path, size).array
+            op, engine = self.op(key)
+            before = engine.stats.kernel_seconds
+            engine.execute(op, [array[o : o + n] for o, n in inputs], in_place=in_place, out=array[output[0] : output[0] + output[1]], key=key)
+            return (job_id, "done", engine.stats.kernel_seconds - before, 1)
+        except VkactError as exc:
+            return (job_id, "error", type(exc).__name__, exc.message, exc.field)
+        except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
+            log.exception("job %d failed", job_id)
+            return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
 
-
-def _run_batch(engine, ops: OrderedDict[bytes, OperatorDesc], mappings: dict[str, _Mapping], jobs: list) -> list[tuple]:
-    """Jobs of one descriptor (the HTTP side batches only equal keys) in one dispatch. Their views of
-    the mappings die with this frame, so a later 'forget' can unmap them."""
-    key = jobs[0][1]
-    pairs = []
-    for _, _, path, size, inputs, output, _ in jobs:
-        array = _mapping(mappings, path, size).array
-        pairs.append(([array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]))
-    before = engine.stats.kernel_seconds
-    engine.execute_batch(_op(ops, key), pairs, key)
-    seconds = engine.stats.kernel_seconds - before
-    return [(job[0], "done", seconds, len(jobs)) for job in jobs]
-
-
-def _op(ops: OrderedDict[bytes, OperatorDesc], key: bytes) -> OperatorDesc:
-    op = ops.get(key)
-    if op is None:
-        op = ops[key] = pickle.loads(key)
-        if len(ops) > OPS_CACHED:
-            ops.popitem(last=False)
-    return op
+    def _run_batch(self, mappings: dict[str, _Mapping], jobs: list) -> list[tuple]:
+        """Jobs of one descriptor (the HTTP side batches only equal keys) in one dispatch, on the main
+        engine (a batch is larger than its jobs). Their views of the mappings die with this frame, so
+        a later 'forget' can unmap them."""
+        key = jobs[0][1]
+        pairs = []
+        for _, _, path, size, inputs, output, _ in jobs:
+            array = _mapping(mappings, path, size).array
+            pairs.append(([array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]))
+        before = self.main.stats.kernel_seconds
+        self.main.execute_batch(self.op(key)[0], pairs, key)
+        seconds = self.main.stats.kernel_seconds - before
+        return [(job[0], "done", seconds, len(jobs)) for job in jobs]
 
 
 def _mapping(mappings: dict[str, _Mapping], path: str, size: int) -> _Mapping:
@@ -515,20 +545,30 @@ def _reply(conn: Connection, *msg: Any) -> None:
     conn.send_bytes(pickle.dumps(msg, PROTOCOL))
 
 
-def _engine_with_nice_driver_threads(make: Callable[[Settings], Any], config: Settings) -> Any:
-    """The Engine, made in a short-lived thread at ``worker_nice``: niceness is per thread on Linux and
-    the threads a driver starts inherit it, so a CPU driver's compute threads (lavapipe's) yield to
-    the HTTP process while this process's own thread, which takes jobs and submits them, keeps the
-    default priority (measured, 8 clients of 1,024-element requests on 2 cores: 1.5x the requests/s
-    of a wholly niced worker)."""
+def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], inline: bool = False) -> Any:
+    """An Engine, made in a short-lived thread at ``worker_nice`` on ``cpus``: niceness and affinity
+    are per thread on Linux and the threads a driver starts inherit both, so a CPU driver's threads
+    (lavapipe's) yield to the HTTP process while this process's own thread, which takes jobs and
+    submits them, keeps the default priority (measured, 8 clients of 1,024-element requests on 2
+    cores: 1.5x the requests/s of a wholly niced worker). ``inline``: llvmpipe without a compute pool
+    (LP_NUM_THREADS=0, read when its device is made), for one-workgroup dispatches."""
     made: list[Any] = []
 
     def build() -> None:
         os.nice(config.worker_nice)
+        set_thread_cpus(cpus)
+        saved = os.environ.get("LP_NUM_THREADS")
+        if inline:
+            os.environ["LP_NUM_THREADS"] = "0"
         try:
             made.append(make(config))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the worker's thread
             made.append(exc)
+        finally:
+            if inline and saved is None:
+                del os.environ["LP_NUM_THREADS"]
+            elif inline:
+                os.environ["LP_NUM_THREADS"] = saved
 
     thread = threading.Thread(target=build, name="vkact-engine-init")
     thread.start()
@@ -539,36 +579,38 @@ def _engine_with_nice_driver_threads(make: Callable[[Settings], Any], config: Se
     return made[0]
 
 
-def _place(engine, config: Settings, cpu: int | None) -> int | None:
-    """Pin the job thread (this one) to ``cpu`` where the setting asks for it: 'auto' on a CPU device
-    only; on one, the driver's threads follow it for one-workgroup dispatches. The pinned CPU, or None."""
-    if cpu is None or (config.pin_cpu == "auto" and not engine.device.is_cpu) or not pin_this_thread(cpu):
-        return None
-    if engine.device.is_cpu:
-        engine.on_dispatch = DriverThreads(cpu).fit
-    return cpu
-
-
-def _worker_main(conn: Connection, settings: dict, cpu: int | None = None) -> None:
+def _worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: frozenset[int] = frozenset()) -> None:
+    """The device worker: ``cpu`` is the HTTP side's choice for the small-request path (see
+    cpu_placement: taken on a CPU device under 'auto'), ``cpus`` all of the service's CPUs."""
     from .engine import Engine  # kp is imported here, in the worker process only
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = Settings(**settings)
-    engine = _engine_with_nice_driver_threads(Engine, config)
-    pinned = _place(engine, config, cpu)
-    variants = engine.load_shaders()
+    cpus = cpus or PROCESS_CPUS
+    set_thread_cpus(cpus)  # a worker restarted by a pinned event loop starts on that loop's CPU only
+    engine = _make_engine(Engine, config, cpus)
+    device = engine.device
+    if cpu is not None and config.pin_cpu == "auto" and not device.is_cpu:
+        cpu = None  # 'auto' pins on a CPU device only (measured there; a GPU's driver threads are its own)
+    if cpu is not None and not set_thread_cpus({cpu}):
+        cpu = None
+    small = None
+    if device.is_cpu and device.driver_name == "llvmpipe":
+        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, inline=True)
+    engines = _Engines(engine, small)
+    variants = engines.load_shaders()
     conn.send(("ready", {
-        "device": engine.device.as_dict(),
+        "device": device.as_dict(),
         "memory": engine.memory,
         "max_tensor_bytes": engine.max_tensor_bytes,
         "max_workgroup_count": engine.max_workgroup_count,
         "local_size": engine.settings.local_size,
         "shader_variants": variants,
         "pid": os.getpid(),
-        "pinned_cpu": pinned,
+        "pinned_cpu": cpu,
+        "small_dispatch_engine": small is not None,
     }))
     mappings: dict[str, _Mapping] = {}
-    ops: OrderedDict[bytes, OperatorDesc] = OrderedDict()
     while True:
         try:
             msg = conn.recv()
@@ -581,5 +623,5 @@ def _worker_main(conn: Connection, settings: dict, cpu: int | None = None) -> No
             if m is not None:
                 m.close()
             continue
-        _reply(conn, "done", _run_jobs(engine, ops, mappings, msg[1]))
-    engine.close()
+        _reply(conn, "done", engines.run_jobs(mappings, msg[1]))
+    engines.close()

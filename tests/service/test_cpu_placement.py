@@ -1,11 +1,8 @@
-"""CPU placement of the small-request path (service/cpu_placement.py): the setting, the driver
-threads' narrowing and spreading, the engine's hook, and the running service's threads."""
+"""The small-request path on a CPU device: the pin_cpu setting (service/cpu_placement.py), the
+worker's engine for one-workgroup dispatches (service/worker.py), and the running service's threads."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +10,11 @@ import pytest
 from pydantic import ValidationError
 
 from service.config import Settings
-from service.cpu_placement import allowed_cpus, choose_cpu
+import service.cpu_placement as placement
+from service.cpu_placement import PROCESS_CPUS as CPUS
+from service.cpu_placement import choose_cpu
 from tests.helpers import make_op
 
-CPUS = allowed_cpus()
 several_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="pinning needs two CPUs or more")
 
 
@@ -40,66 +38,45 @@ def test_choose_cpu():
 
 
 def test_one_cpu_pins_nothing(monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    monkeypatch.setattr(placement, "PROCESS_CPUS", frozenset({3}))
     assert choose_cpu("auto", 1) is None and choose_cpu("3", 1) is None
 
 
-@several_cpus
-def test_driver_threads_follow_the_dispatch_size():
-    """In a child process (affinity is per thread, and the test runner's threads must stay free): the
-    other threads go onto the job thread's CPU for one workgroup and back onto every CPU for more;
-    a thread started later is placed at the next change; the job thread itself is never moved."""
-    script = textwrap.dedent("""
-        import os, threading, json
-        from service.cpu_placement import DriverThreads
-        stop = threading.Event()
-        def affinity(tid): return sorted(os.sched_getaffinity(tid))
-        def others(): return [int(t) for t in os.listdir("/proc/self/task") if int(t) != threading.get_native_id()]
-        workers = [threading.Thread(target=stop.wait) for _ in range(2)]
-        for w in workers: w.start()
-        everything = sorted(os.sched_getaffinity(0))
-        cpu = everything[-1]
-        placement = DriverThreads(cpu)
-        seen = {}
-        placement.fit(1); seen["one"] = [affinity(t) for t in others()]
-        placement.fit(1); seen["changes_after_repeat"] = placement.changes
-        late = threading.Thread(target=stop.wait); late.start()
-        placement.fit(64); seen["many"] = [affinity(t) for t in others()]
-        placement.fit(1); seen["one_again"] = [affinity(t) for t in others()]
-        seen["job"] = affinity(0)
-        stop.set()
-        print(json.dumps({"cpu": cpu, "all": everything, "seen": seen, "changes": placement.changes}))
-    """)
-    out = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    import json
-    got = json.loads(out.stdout)
-    cpu, everything, seen = got["cpu"], got["all"], got["seen"]
-    assert len(seen["one"]) == 2 and seen["one"] == [[cpu]] * 2
-    assert seen["changes_after_repeat"] == 1  # no system calls while the size class stays
-    assert seen["many"] == [everything] * 3
-    assert seen["one_again"] == [[cpu]] * 3   # the late thread too
-    assert seen["job"] == everything and got["changes"] == 3
+def test_dispatch_workgroups_is_what_prepare_makes(engine):
+    """The worker routes by Engine.dispatch_workgroups, worked out without creating anything: it must
+    agree with the dispatch that prepare() builds, packed, strided and reductions alike."""
+    ops = [make_op("SHRINK", np.float32, (1, 1, 1, n)) for n in (1, 1024, 4095, 4096, 1 << 20)]
+    ops += [make_op("CELU", np.float16, (2, 3, 64, 64)), make_op("SHRINK", np.float32, (4, 1024), strides=(2048, 2))]
+    ops += [make_op("SOFTMAX", np.float32, (1, 1024)), make_op("SOFTMAX", np.float32, (4096, 1024)), make_op("HARDMAX", np.float32, (3, 50000))]
+    counts = [engine.dispatch_workgroups(op) for op in ops]
+    assert counts == [engine.prepare(op).workgroups for op in ops]
+    assert counts[:2] == [1, 1] and counts[4] > 1 and counts[-2] > 1
 
 
-def test_the_engine_reports_each_dispatch_size(engine):
-    seen: list[int] = []
-    engine.on_dispatch = seen.append
+def test_small_dispatches_run_on_the_inline_engine(engine):
+    """On lavapipe the worker makes a second engine without llvmpipe's compute pool for one-workgroup
+    dispatches; its answers are those of numpy, and larger dispatches stay on the main engine."""
+    from service.engine import Engine
+    from service.worker import _Engines, _make_engine, pickled
+
+    if engine.device.driver_name != "llvmpipe":
+        pytest.skip("the inline engine is for llvmpipe")
+    small = _make_engine(Engine, engine.settings, CPUS, inline=True)
     try:
-        rng = np.random.default_rng(5)
-        for n in (1024, 1 << 20):
-            op = make_op("SHRINK", np.float32, (1, 1, 1, n))
+        engines = _Engines(engine, small)
+        rng = np.random.default_rng(11)
+        for n, expected in ((1024, small), (1 << 20, engine)):
+            op = make_op("SHRINK", np.float32, (1, 1, 1, n), Bias=0.25, Threshold=0.75)
+            key = pickled(op)
+            routed_op, routed = engines.op(key)
+            assert routed is expected and routed_op == op
             x = rng.standard_normal(n, dtype=np.float32)
-            out = np.frombuffer(engine.execute(op, [x.view(np.uint8)], key=("placement", n)), np.float32)
-            np.testing.assert_array_equal(out, np.where(np.abs(x) > np.float32(0.5), x, np.float32(0)))
+            got = np.frombuffer(routed.execute(routed_op, [x.view(np.uint8)], key=key), np.float32)
+            want = np.where(x < -0.75, x + 0.25, np.where(x > 0.75, x - 0.25, 0)).astype(np.float32)
+            np.testing.assert_array_equal(got, want)
+        assert small.stats.dispatches == 1 and "LP_NUM_THREADS" not in os.environ
     finally:
-        engine.on_dispatch = None
-    # 1,024 floats are 256 16-byte units: one workgroup of 256 invocations at 4 units each on a CPU.
-    # An elementwise dispatch covers its buffer slot (a size bucket), not just the tensor.
-    units_per_group = engine.settings.local_size * engine.units_per_invocation
-    capacity = engine.prepare(make_op("SHRINK", np.float32, (1, 1, 1, 1 << 20))).slot.capacity
-    assert capacity >= (1 << 22)
-    assert seen == [1, min(-(-(capacity // 16) // units_per_group), engine.max_workgroups)] and seen[1] > 1
+        small.close()
 
 
 def _allowed(pid: int, tid: int) -> str:
@@ -110,12 +87,14 @@ def _allowed(pid: int, tid: int) -> str:
 @several_cpus
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
 def test_the_service_pins_its_event_loop_and_job_thread(server, http):
-    """On lavapipe (a CPU device) with one HTTP process, 'auto' puts the event loop and the device
-    worker's job thread on the last CPU, and a small request leaves the driver's threads there."""
+    """On lavapipe (a CPU device) with one HTTP process, 'auto' puts the event loop, the device
+    worker's job thread and the small-dispatch engine's threads on the last CPU; the main engine's
+    threads (its compute pool) keep every CPU."""
     from bench.service import device_worker
 
-    cpu = http.get("/v1/device").json()["pinned_cpu"]
-    assert cpu == max(CPUS)
+    device = http.get("/v1/device").json()
+    cpu = device["pinned_cpu"]
+    assert cpu == max(CPUS) and device["small_dispatch_engine"]
     x = np.arange(1024, dtype=np.float32)
     from client import Client
     with Client(server.url) as c:
@@ -124,4 +103,8 @@ def test_the_service_pins_its_event_loop_and_job_thread(server, http):
     worker = device_worker(pid)
     assert worker is not None
     assert _allowed(pid, pid) == str(cpu)
-    assert {_allowed(worker, int(t)) for t in os.listdir(f"/proc/{worker}/task")} == {str(cpu)}
+    everything = f"{min(CPUS)}-{max(CPUS)}" if len(CPUS) == max(CPUS) - min(CPUS) + 1 else None
+    threads = [_allowed(worker, int(t)) for t in os.listdir(f"/proc/{worker}/task")]
+    assert _allowed(worker, worker) == str(cpu) and threads.count(str(cpu)) >= 2  # the job thread, the inline submit thread
+    if everything is not None:
+        assert threads.count(everything) >= 2  # the main engine's compute pool

@@ -8,7 +8,7 @@ import tempfile
 
 import numpy as np
 
-from service.worker import _Mapping, _run_jobs
+from service.worker import _Engines, _Mapping
 from tests.helpers import assert_matches, make_op
 
 
@@ -31,7 +31,7 @@ def _scenario(engine, fail_batch: bool, monkeypatch):
                 raise RuntimeError("a batch that fails")
             monkeypatch.setattr(engine, "execute_batch", broken)
         dispatches = engine.stats.dispatches
-        replies = _run_jobs(engine, {}, {path: mapping}, _jobs(op, xs, path))
+        replies = _Engines(engine).run_jobs({path: mapping}, _jobs(op, xs, path))
         assert [r[:2] for r in replies] == [(i, "done") for i in range(len(xs))]
         for i, x in enumerate(xs):
             y = mapping.array[i * step + x.nbytes : (i + 1) * step].view(np.float32).copy()
