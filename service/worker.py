@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from . import framing
 from .buckets import bucket
 from .config import Settings
 from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor
@@ -35,7 +36,6 @@ from .operators import OperatorDesc
 
 log = logging.getLogger("vkact.worker")
 ALIGN = 64
-PROTOCOL = pickle.HIGHEST_PROTOCOL  # messages are plain tuples: pickle, not multiprocessing's ForkingPickler
 OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes
 BATCH_BYTES = 1 << 20  # inputs up to this size may be batched (larger ones gain nothing from it)
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
@@ -189,6 +189,7 @@ class DeviceWorker:
         self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget)
         self._proc: mp.process.BaseProcess | None = None
         self._conn: Connection | None = None
+        self._reader: framing.Reader | None = None
         self._ready = asyncio.Event()
         self._dispatcher: asyncio.Task | None = None
         self._watchdog: asyncio.TimerHandle | None = None
@@ -214,6 +215,7 @@ class DeviceWorker:
         ctx = mp.get_context("spawn")  # never fork a process that may hold Vulkan state or threads
         parent, child = ctx.Pipe()
         self._conn = parent
+        self._reader = framing.Reader(parent.fileno())
         cpu = choose_cpu(self.settings.pin_cpu, self.settings.workers)
         self._proc = ctx.Process(target=_worker_main, args=(child, self.settings.model_dump(), cpu, PROCESS_CPUS), name="vkact-device", daemon=True)
         self._proc.start()
@@ -255,7 +257,7 @@ class DeviceWorker:
             if self._conn is not None:
                 loop.remove_reader(self._conn.fileno())
                 try:
-                    self._conn.send(("stop",))
+                    framing.send(self._conn.fileno(), "stop")
                 except OSError:
                     pass
             await asyncio.get_running_loop().run_in_executor(None, self._proc.join, 5)
@@ -362,26 +364,29 @@ class DeviceWorker:
         jobs = [(j.id, j.key, j.slot.mapping.path, j.slot.mapping.size, j.inputs, j.output, j.in_place) for j in batch]
         try:
             assert self._conn is not None
-            self._conn.send_bytes(pickle.dumps(("run", jobs), PROTOCOL))
+            framing.send(self._conn.fileno(), "run", jobs)
         except OSError as exc:  # the worker is gone; _on_exit fails the jobs
             log.warning("sending %d job(s) failed: %s", len(batch), exc)
 
     def _forget(self, path: str) -> None:
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
             try:
-                self._conn.send(("forget", path))
+                framing.send(self._conn.fileno(), "forget", path)
             except OSError:
                 pass
 
     def _on_message(self) -> None:
-        """One reply per call: the pipe is level-triggered, so a second buffered reply calls again
-        (cheaper than Connection.poll, which builds a selector each time)."""
-        assert self._conn is not None
+        """The worker's messages that one read brings (the descriptor is readable: it does not block)."""
+        assert self._conn is not None and self._reader is not None
         try:
-            msg = self._conn.recv()
+            messages = self._reader.ready()
         except (EOFError, OSError):
             asyncio.get_running_loop().remove_reader(self._conn.fileno())
             return
+        for msg in messages:
+            self._handle(msg)
+
+    def _handle(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == "ready":
             self.info = msg[1]
@@ -439,7 +444,7 @@ class DeviceWorker:
 
 def pickled(op: OperatorDesc) -> bytes:
     """The bytes that name ``op`` to the worker (equal descriptors pickle equal within one process)."""
-    return pickle.dumps(op, PROTOCOL)
+    return pickle.dumps(op, framing.PROTOCOL)
 
 
 def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
@@ -541,10 +546,6 @@ def _mapping(mappings: dict[str, _Mapping], path: str, size: int) -> _Mapping:
     return mapping
 
 
-def _reply(conn: Connection, *msg: Any) -> None:
-    conn.send_bytes(pickle.dumps(msg, PROTOCOL))
-
-
 def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], inline: bool = False) -> Any:
     """An Engine, made in a short-lived thread at ``worker_nice`` on ``cpus``: niceness and affinity
     are per thread on Linux and the threads a driver starts inherit both, so a CPU driver's threads
@@ -599,7 +600,8 @@ def _worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus:
         small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, inline=True)
     engines = _Engines(engine, small)
     variants = engines.load_shaders()
-    conn.send(("ready", {
+    fd = conn.fileno()
+    framing.send(fd, "ready", {
         "device": device.as_dict(),
         "memory": engine.memory,
         "max_tensor_bytes": engine.max_tensor_bytes,
@@ -609,11 +611,12 @@ def _worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus:
         "pid": os.getpid(),
         "pinned_cpu": cpu,
         "small_dispatch_engine": small is not None,
-    }))
+    })
     mappings: dict[str, _Mapping] = {}
+    reader = framing.Reader(fd)
     while True:
         try:
-            msg = conn.recv()
+            msg = reader.next()
         except EOFError:  # the HTTP process is gone
             break
         if msg[0] == "stop":
@@ -623,5 +626,5 @@ def _worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus:
             if m is not None:
                 m.close()
             continue
-        _reply(conn, "done", engines.run_jobs(mappings, msg[1]))
+        framing.send(fd, "done", engines.run_jobs(mappings, msg[1]))
     engines.close()

@@ -12,6 +12,8 @@ from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
+from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
+
 from ..errors import InvalidRequest, PayloadTooLarge, Timeout
 from ..operators import OperatorDesc
 from ..worker import LARGE, Result, copy_into
@@ -111,6 +113,23 @@ async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> bytes | me
         await copy_into(frame[cursor : cursor + b.nbytes], b)
         cursor += b.nbytes
     return memoryview(frame)
+
+
+class FrameResponse(Response):
+    """A binary frame whose headers were built before (``frame_headers``), as a repeated request header
+    allows: Starlette's Response builds them again for every answer."""
+
+    def __init__(self, body: bytes | memoryview, raw_headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = 200
+        self.body = body
+        self.raw_headers = list(raw_headers)  # a copy: middleware may add to an answer's headers
+        self.background = None
+
+
+def frame_headers(head_bytes: int, body_bytes: int) -> list[tuple[bytes, bytes]]:
+    """A binary frame's headers, as Starlette's Response writes them."""
+    return [(HEADER_LENGTH.lower().encode(), str(head_bytes).encode()), (b"content-length", str(body_bytes).encode()),
+            (b"content-type", BINARY_CONTENT_TYPE.encode())]
 
 
 def answered(response: Response, request: Request, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> Response:

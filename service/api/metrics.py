@@ -99,6 +99,7 @@ class TritonMetrics:
         # Every model from the start, at zero, as Triton lists each loaded model.
         self._models: dict[str, _ModelStats] = {short_name(op): _ModelStats() for op in OPERATORS.values()}
         self._by_type: dict[type, _ModelStats] = {}
+        self._pending: dict[type, _Pending] = {}
 
     def _stats(self, op: OperatorDesc | type[OperatorDesc]) -> _ModelStats:
         kind = type(op) if isinstance(op, OperatorDesc) else op
@@ -108,7 +109,10 @@ class TritonMetrics:
         return stats
 
     def pending(self, op: OperatorDesc) -> _Pending:
-        return _Pending(self._stats(op))
+        found = self._pending.get(type(op))
+        if found is None:  # one per model, made once: every request asks for it
+            found = self._pending[type(op)] = _Pending(self._stats(op))
+        return found
 
     def failure(self, op: OperatorDesc | type[OperatorDesc]) -> None:
         self._stats(op).nv_inference_request_failure += 1

@@ -11,7 +11,6 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from client.codec import (
-    BINARY_CONTENT_TYPE,
     HEADER_LENGTH,
     Encoding,
     binary_slices,
@@ -29,7 +28,7 @@ from ..errors import DescriptorError, NotReady
 from ..operators import OperatorDesc, descriptor_error, parse_operator
 from ..worker import DeviceWorker, pickled
 from .catalog import catalog
-from .execution import answered, binary_frame, read_body, run_on_device
+from .execution import FrameResponse, answered, binary_frame, frame_headers, read_body, run_on_device
 from .header_cache import HeaderCache
 from .json_text import dumps
 
@@ -71,6 +70,7 @@ class Parsed:
     encoding: Encoding                    # of the response
     binary: list[tuple[int, int]] | None  # every input travels binary: (offset, size) after the header
     head: bytes | None = None             # the binary response's JSON header, once built
+    frame_headers: list[tuple[bytes, bytes]] | None = None  # and its HTTP headers
 
     def buffers(self, tail: memoryview) -> list[np.ndarray]:
         """The inputs of a binary frame with this header (and a tail of the length it was parsed with)."""
@@ -142,11 +142,10 @@ async def execute(request: Request) -> Response:
     try:
         out = np.frombuffer(result.output, np.uint8)
         if parsed.encoding is Encoding.BINARY:
-            if parsed.head is None:
+            if parsed.head is None or parsed.frame_headers is None:
                 parsed.head = dumps(_head(op, {"binary_data_size": out.nbytes}))
-            response: Response = Response(
-                await binary_frame(parsed.head, [out]), media_type=BINARY_CONTENT_TYPE, headers={HEADER_LENGTH: str(len(parsed.head))}
-            )
+                parsed.frame_headers = frame_headers(len(parsed.head), len(parsed.head) + out.nbytes)
+            response: Response = FrameResponse(await binary_frame(parsed.head, [out]), parsed.frame_headers)
         else:
             response = Response(dumps(_head(op, encode_data(out, op.data_type.info.numpy, op.output.span_bytes(), parsed.encoding))), media_type="application/json")
     finally:

@@ -6,6 +6,7 @@ constants in declaration order, so a shader reads PARAM(i) in the order of the D
 """
 from __future__ import annotations
 
+import functools
 from typing import Annotated, ClassVar, Optional
 
 import numpy as np
@@ -38,7 +39,7 @@ class OperatorDesc(BaseModel):
 
     @classmethod
     def type_name(cls) -> str:
-        return cls.model_fields["Type"].default
+        return _type_name(cls)
 
     @classmethod
     def scalar_fields(cls) -> tuple[str, ...]:
@@ -186,6 +187,12 @@ class OperatorDesc(BaseModel):
                 raise DescriptorError(f"{name}.DataType", f"{self.type_name()} does not take {tensor.DataType.value} at {level.value}")
             if 0 in tensor.Sizes:
                 raise DescriptorError(f"{name}.Sizes", "DirectML does not allow a size of 0")
+
+
+@functools.cache
+def _type_name(cls: type[OperatorDesc]) -> str:
+    # Read once per class: pydantic's model_fields goes through a descriptor on every access.
+    return cls.model_fields["Type"].default
 
 
 class ActivationDesc(OperatorDesc):

@@ -1,0 +1,61 @@
+"""The worker pipe's messages (service/framing.py): whole messages in order, however the bytes arrive."""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import struct
+import threading
+
+import pytest
+
+from service import framing
+
+
+def test_messages_arrive_whole_and_in_order():
+    a, b = socket.socketpair()
+    with a, b:
+        reader = framing.Reader(b.fileno())
+        framing.send(a.fileno(), "run", [(1, b"key", "/dev/shm/x", 64, [(0, 16)], (16, 16), False)])
+        framing.send(a.fileno(), "forget", "/dev/shm/x")
+        framing.send(a.fileno(), "stop")
+        assert reader.ready() == [("run", [(1, b"key", "/dev/shm/x", 64, [(0, 16)], (16, 16), False)]), ("forget", "/dev/shm/x"), ("stop",)]
+
+
+def test_a_message_split_across_reads():
+    """Bytes written a few at a time: ready() returns only whole messages, next() waits for the rest."""
+    a, b = socket.socketpair()
+    with a, b:
+        reader = framing.Reader(b.fileno())
+        data = pickle.dumps(("done", [(7, "done", 0.25, 1)]))
+        frame = struct.pack("<I", len(data)) + data
+        a.sendall(frame[:3])
+        assert reader.ready() == []
+        a.sendall(frame[3:10])
+        assert reader.ready() == []
+        rest = threading.Timer(0.05, a.sendall, (frame[10:],))
+        rest.start()
+        assert reader.next() == ("done", [(7, "done", 0.25, 1)])
+        rest.join()
+
+
+def test_a_large_message_is_written_whole():
+    """Larger than a socket buffer: send() loops over partial writes while the other end reads."""
+    a, b = socket.socketpair()
+    with a, b:
+        payload = os.urandom(4 << 20)
+        writer = threading.Thread(target=framing.send, args=(a.fileno(), "ready", payload))
+        writer.start()
+        assert framing.Reader(b.fileno()).next() == ("ready", payload)
+        writer.join()
+
+
+def test_the_other_end_closing_is_eof():
+    a, b = socket.socketpair()
+    reader = framing.Reader(b.fileno())
+    framing.send(a.fileno(), "stop")
+    a.close()
+    assert reader.next() == ("stop",)
+    with pytest.raises(EOFError):
+        reader.next()
+    b.close()
