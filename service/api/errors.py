@@ -44,7 +44,7 @@ def _count(request: Request, status: int) -> None:
     metrics.errors.labels(str(status)).inc()
     if _is_execution(request.url.path):
         operator = getattr(request.state, "operator", "-")
-        metrics.requests.labels(operator, str(status)).inc()
+        metrics.failed(operator, status)
         if operator in OPERATORS:  # a failed inference of a known model, in Triton's terms
             metrics.triton.failure(OPERATORS[operator])
 

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 import numpy as np
 from fastapi import Request
-from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
@@ -134,23 +133,26 @@ def frame_headers(head_bytes: int, body_bytes: int) -> list[tuple[bytes, bytes]]
 
 def answered(response: Response, request: Request, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> Response:
     """``response``, recording the execution's success once it has been sent (off the latency path)."""
-
-    async def record() -> None:  # async: Starlette runs a plain function's background task in a thread
-        record_success(request, op, started, result, bytes_in, bytes_out)
-
-    response.background = BackgroundTask(record)
+    response.background = _Record(request, op, started, result, bytes_in, bytes_out)  # type: ignore[assignment]
     return response
+
+
+class _Record:
+    """A response's background work: Starlette awaits ``background()`` after the body is sent. A plain
+    async callable: a BackgroundTask inspects its function on every construction."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, *args: object) -> None:
+        self.args = args
+
+    async def __call__(self) -> None:
+        record_success(*self.args)  # type: ignore[arg-type]
 
 
 def record_success(request: Request, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:
     """The bookkeeping of one answered execution, whichever protocol carried it."""
     metrics = request.app.state.metrics
-    series = metrics.operator(op.type_name())
     elapsed = time.perf_counter() - started
-    series.ok.inc()
-    series.request_seconds.observe(elapsed)
-    series.queue_seconds.observe(result.queue_seconds)
-    series.kernel_seconds.observe(result.kernel_seconds)
-    series.bytes_in.inc(bytes_in)
-    series.bytes_out.inc(bytes_out)
+    metrics.operator(op.type_name()).record(elapsed, result.queue_seconds, result.kernel_seconds, bytes_in, bytes_out)
     metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds, result.batch_size)

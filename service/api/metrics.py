@@ -1,59 +1,128 @@
-"""Prometheus metrics of one HTTP process (its own registry, so tests can run several apps)."""
+"""Prometheus metrics of one HTTP process (its own registry, so tests can run several apps).
+
+The per-operator execution series (requests by status, durations, tensor bytes) are written on every
+request, so they are plain numbers kept by this module and turned into Prometheus families only when
+/metrics is read: prometheus_client takes a lock and scans a histogram's buckets in Python for each
+observation (three histograms and three counters cost ~20 us a request here, and their code and
+data crowd the CPU caches the next request needs). Everything happens on the event loop's thread."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from bisect import bisect_left
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from ..operators import OPERATORS, OperatorDesc, short_name
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MODEL_VERSION = "1"  # every operator is a /v2 model with this one version
 
+# name, help: the histograms of OperatorSeries, in its field order
+_HISTOGRAMS = (
+    ("vkact_request_duration_seconds", "Request handling time"),
+    ("vkact_queue_duration_seconds", "Time queued before the device"),
+    ("vkact_kernel_duration_seconds", "Device time per request"),
+)
+
+
+class Histogram:
+    """Counts per LATENCY_BUCKETS bucket (the last one +Inf) and the sum of the observations."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, value)] += 1  # the first bucket whose bound is >= value
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """Cumulative counts by upper bound, as Prometheus exposes them."""
+        out, total = [], 0
+        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.counts):
+            total += count
+            out.append((floatToGoString(bound), total))
+        return out
+
+
+@dataclass
+class OperatorSeries:
+    """One operator's successful executions."""
+
+    ok: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    request_seconds: Histogram = field(default_factory=Histogram)
+    queue_seconds: Histogram = field(default_factory=Histogram)
+    kernel_seconds: Histogram = field(default_factory=Histogram)
+
+    def record(self, seconds: float, queue_seconds: float, kernel_seconds: float, bytes_in: int, bytes_out: int) -> None:
+        self.ok += 1
+        self.bytes_in += bytes_in
+        self.bytes_out += bytes_out
+        self.request_seconds.observe(seconds)
+        self.queue_seconds.observe(queue_seconds)
+        self.kernel_seconds.observe(kernel_seconds)
+
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
-        self.requests = Counter("vkact_requests", "Execute requests by operator and HTTP status", ["operator", "code"], registry=r)
         self.errors = Counter("vkact_errors", "Requests answered with an error, by status", ["code"], registry=r)
         self.queue_depth = Gauge("vkact_queue_depth", "Requests holding a device slot (queued or running)", registry=r)
-        self.request_seconds = Histogram("vkact_request_duration_seconds", "Request handling time", ["operator"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queue_seconds = Histogram("vkact_queue_duration_seconds", "Time queued before the device", ["operator"], buckets=LATENCY_BUCKETS, registry=r)
-        self.kernel_seconds = Histogram("vkact_kernel_duration_seconds", "Device time per request", ["operator"], buckets=LATENCY_BUCKETS, registry=r)
-        self.bytes_in = Counter("vkact_tensor_bytes_in", "Input tensor bytes", ["operator"], registry=r)
-        self.bytes_out = Counter("vkact_tensor_bytes_out", "Output tensor bytes", ["operator"], registry=r)
         self.worker_restarts = Gauge("vkact_worker_restarts", "Times the device worker was restarted", registry=r)
         self.triton = TritonMetrics()
         self._series: dict[str, OperatorSeries] = {}
+        self._failed: dict[tuple[str, str], int] = {}  # (operator, status): failed executions
+        r.register(_OperatorFamilies(self))
 
     def operator(self, name: str) -> OperatorSeries:
-        """The labelled series of one operator's successful executions (resolved once: prometheus_client's
-        labels() is a few microseconds a call)."""
+        """The series of one operator's successful executions."""
         series = self._series.get(name)
         if series is None:
-            series = self._series[name] = OperatorSeries(
-                self.requests.labels(name, "200"),
-                self.request_seconds.labels(name),
-                self.queue_seconds.labels(name),
-                self.kernel_seconds.labels(name),
-                self.bytes_in.labels(name),
-                self.bytes_out.labels(name),
-            )
+            series = self._series[name] = OperatorSeries()
         return series
+
+    def failed(self, operator: str, status: int) -> None:
+        """An execution request of ``operator`` ('-' before it is known) answered with ``status``."""
+        key = (operator, str(status))
+        self._failed[key] = self._failed.get(key, 0) + 1
 
     def exposition(self) -> bytes:
         """The text of GET /metrics: vkact's registry, then the Triton-named family."""
         return generate_latest(self.registry) + self.triton.render()
 
 
-@dataclass(frozen=True)
-class OperatorSeries:
-    ok: Counter
-    request_seconds: Histogram
-    queue_seconds: Histogram
-    kernel_seconds: Histogram
-    bytes_in: Counter
-    bytes_out: Counter
+class _OperatorFamilies:
+    """The per-operator series as Prometheus families, made when /metrics is read."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        series = sorted(self._metrics._series.items())
+        requests = CounterMetricFamily("vkact_requests", "Execute requests by operator and HTTP status", labels=["operator", "code"])
+        for name, s in series:
+            requests.add_metric([name, "200"], s.ok)
+        for (name, code), count in sorted(self._metrics._failed.items()):
+            requests.add_metric([name, code], count)
+        yield requests
+        for i, (family, text) in enumerate(_HISTOGRAMS):
+            histogram = HistogramMetricFamily(family, text, labels=["operator"])
+            for name, s in series:
+                h = (s.request_seconds, s.queue_seconds, s.kernel_seconds)[i]
+                histogram.add_metric([name], h.buckets(), h.sum)
+            yield histogram
+        for family, text, attr in (("vkact_tensor_bytes_in", "Input tensor bytes", "bytes_in"), ("vkact_tensor_bytes_out", "Output tensor bytes", "bytes_out")):
+            counter = CounterMetricFamily(family, text, labels=["operator"])
+            for name, s in series:
+                counter.add_metric([name], getattr(s, attr))
+            yield counter
 
 
 @dataclass
