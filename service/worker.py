@@ -285,7 +285,10 @@ class DeviceWorker:
         job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or pickled(op))
         try:
             for (offset, n), data in zip(offsets, inputs):
-                await copy_into(slot.mapping.array[offset : offset + n], data)
+                if n > LARGE:
+                    await copy_into(slot.mapping.array[offset : offset + n], data)
+                else:  # in place: no coroutine for a small copy
+                    slot.mapping.array[offset : offset + n] = data
         except BaseException:
             job.release()
             raise

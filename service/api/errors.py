@@ -22,6 +22,7 @@ from client.codec import CodecError
 
 from ..errors import Busy, VkactError
 from ..operators import OPERATORS, descriptor_error
+from .execution import OPERATOR_KEY
 
 log = logging.getLogger("vkact.api")
 
@@ -43,7 +44,7 @@ def _count(request: Request, status: int) -> None:
     metrics = request.app.state.metrics
     metrics.errors.labels(str(status)).inc()
     if _is_execution(request.url.path):
-        operator = getattr(request.state, "operator", "-")
+        operator = request.scope.get(OPERATOR_KEY, "-")
         metrics.failed(operator, status)
         if operator in OPERATORS:  # a failed inference of a known model, in Triton's terms
             metrics.triton.failure(OPERATORS[operator])

@@ -18,6 +18,13 @@ from ..operators import OperatorDesc
 from ..worker import LARGE, Result, copy_into
 
 
+OPERATOR_KEY = "vkact.operator"  # scope key: the operator (model) a failure from then on counts against
+
+
+def count_against(request: Request, operator: str) -> None:
+    request.scope[OPERATOR_KEY] = operator
+
+
 async def read_body(request: Request, limit: int) -> memoryview:
     declared = request.headers.get("content-length")
     if declared is not None:

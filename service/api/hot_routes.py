@@ -44,7 +44,7 @@ class VkactApp(FastAPI):
                 if scope["path"].startswith("/v2/"):
                     await v2.RequestIdMiddleware(_Endpoint(*found))(scope, receive, send)
                 else:
-                    await _Endpoint(*found)(scope, receive, send)
+                    await answer(*found, scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -56,9 +56,14 @@ class _Endpoint:
         self.handler, self.params = handler, params
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
-        try:
-            response = await self.handler(request, **self.params)
-        except Exception as exc:  # noqa: BLE001 - every error becomes its JSON answer, never a dropped connection
-            response = await errors.answer(request, exc)
-        await response(scope, receive, send)
+        await answer(self.handler, self.params, scope, receive, send)
+
+
+async def answer(handler: Handler, params: dict[str, Any], scope: Scope, receive: Receive, send: Send) -> None:
+    """Call ``handler`` and send its response, or the error handlers' answer to what it raised."""
+    request = Request(scope, receive)
+    try:
+        response = await handler(request, **params)
+    except Exception as exc:  # noqa: BLE001 - every error becomes its JSON answer, never a dropped connection
+        response = await errors.answer(request, exc)
+    await response(scope, receive, send)

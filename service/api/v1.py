@@ -28,7 +28,7 @@ from ..errors import DescriptorError, NotReady
 from ..operators import OperatorDesc, descriptor_error, parse_operator
 from ..worker import DeviceWorker, pickled
 from .catalog import catalog
-from .execution import FrameResponse, answered, binary_frame, frame_headers, read_body, run_on_device
+from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, read_body, run_on_device
 from .header_cache import HeaderCache
 from .json_text import dumps
 
@@ -134,7 +134,7 @@ async def execute(request: Request) -> Response:
         if parsed.binary is not None:
             cache.put(key, parsed)
     op = parsed.op
-    request.state.operator = op.type_name()  # failures from here on count against the operator
+    count_against(request, op.type_name())  # failures from here on count against the operator
 
     result = await run_on_device(request, op, buffers, parsed.req.InPlace, parsed.key)
     if result is None:  # the client left

@@ -22,7 +22,7 @@ from ..errors import InvalidRequest, NotReady
 from ..operators import OperatorDesc
 from ..shared_memory import SharedMemoryRegistry
 from ..worker import pickled
-from .execution import answered, binary_frame, read_body, run_on_device
+from .execution import answered, binary_frame, count_against, read_body, run_on_device
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, padded, parse_frame
@@ -209,7 +209,7 @@ class _Parsed:
 async def _infer(request: Request, model: str, version: str | None) -> Response:
     started = time.perf_counter()
     model_class = find_model(model, version)
-    request.state.operator = model_class.type_name()  # failures from here on count against the model
+    count_against(request, model_class.type_name())  # failures from here on count against the model
     state = request.app.state
     worker = state.worker
     if not worker.ready or worker.info is None:
