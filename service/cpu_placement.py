@@ -60,20 +60,6 @@ def set_thread_cpus(cpus: frozenset[int] | set[int]) -> bool:
         return False
 
 
-def yield_on_wake() -> bool:
-    """SCHED_BATCH for the calling thread (and the threads it starts from now on): woken, it waits for
-    the running thread to block instead of preempting it. For the device worker's threads on the event
-    loop's CPU: the loop finishes its side of a request (back to epoll, a few microseconds) before the
-    job it just sent runs, one context switch fewer per request (measured, sequential 1,024-element
-    requests: p50 over the echo's 1.49 -> 1.46, the median of 5 runs each; 8 clients unchanged)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-        return True
-    except (AttributeError, OSError) as exc:  # not Linux, or refused: plain scheduling
-        log.warning("could not make a thread SCHED_BATCH: %s", exc)
-        return False
-
-
 def unpinned_executor() -> ThreadPoolExecutor:
     """asyncio's default executor (large copies, off the event loop) for a pinned loop: its threads
     would inherit the loop's single CPU, so each first spreads itself over all of the process's."""

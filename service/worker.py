@@ -30,7 +30,7 @@ import numpy as np
 from . import framing
 from .buckets import bucket
 from .config import Settings
-from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor, yield_on_wake
+from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor
 from .errors import Busy, DeviceFailure, VkactError
 from .operators import OperatorDesc
 
@@ -598,8 +598,6 @@ def _worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus:
         cpu = None  # 'auto' pins on a CPU device only (measured there; a GPU's driver threads are its own)
     if cpu is not None and not set_thread_cpus({cpu}):
         cpu = None
-    if cpu is not None:
-        yield_on_wake()  # this thread, and the small engine's, made from it below, share the loop's CPU
     small = None
     if device.is_cpu and device.driver_name == "llvmpipe":
         small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, inline=True)

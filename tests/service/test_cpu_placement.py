@@ -88,8 +88,8 @@ def _allowed(pid: int, tid: int) -> str:
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
 def test_the_service_pins_its_event_loop_and_job_thread(server, http):
     """On lavapipe (a CPU device) with one HTTP process, 'auto' puts the event loop, the device
-    worker's job thread and the small-dispatch engine's threads on the last CPU (the worker's there
-    SCHED_BATCH); the main engine's threads (its compute pool) keep every CPU."""
+    worker's job thread and the small-dispatch engine's threads on the last CPU; the main engine's
+    threads (its compute pool) keep every CPU."""
     from bench.service import device_worker
 
     device = http.get("/v1/device").json()
@@ -106,7 +106,5 @@ def test_the_service_pins_its_event_loop_and_job_thread(server, http):
     everything = f"{min(CPUS)}-{max(CPUS)}" if len(CPUS) == max(CPUS) - min(CPUS) + 1 else None
     threads = [_allowed(worker, int(t)) for t in os.listdir(f"/proc/{worker}/task")]
     assert _allowed(worker, worker) == str(cpu) and threads.count(str(cpu)) >= 2  # the job thread, the inline submit thread
-    # the worker's threads there wait for the event loop to block rather than preempt it
-    assert os.sched_getscheduler(worker) == os.SCHED_BATCH and os.sched_getscheduler(pid) == os.SCHED_OTHER
     if everything is not None:
         assert threads.count(everything) >= 2  # the main engine's compute pool
