@@ -69,3 +69,20 @@ def test_probes_and_ports_point_at_the_service():
                     gpu = "nvidia.com/gpu" in container["resources"].get("limits", {})
                     assert container["image"].endswith(":gpu") == gpu
                     assert not gpu or env.get("NVIDIA_DRIVER_CAPABILITIES", "").split(",").count("graphics") == 1
+
+
+def test_service_settings_in_the_manifests_are_valid():
+    """Every VKACT_* variable a manifest sets is a setting, with a value the service accepts; CPU
+    deployments, whose replicas share a node's CPUs, do not pin (see README: VKACT_PIN_CPU)."""
+    from service.config import Settings
+
+    for path in MANIFESTS:
+        for doc in documents(path):
+            for spec in pod_specs(doc):
+                for container in spec["containers"]:
+                    env = {e["name"]: e["value"] for e in container.get("env", []) if e["name"].startswith("VKACT_")}
+                    fields = {f"VKACT_{name.upper()}": name for name in Settings.model_fields}
+                    assert set(env) <= set(fields), (path, set(env) - set(fields))
+                    Settings(**{fields[k]: v for k, v in env.items()})  # raises on a value the service refuses
+                    if container["image"].endswith(":cpu"):
+                        assert env.get("VKACT_PIN_CPU") == "off", path
