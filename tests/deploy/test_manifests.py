@@ -86,3 +86,15 @@ def test_service_settings_in_the_manifests_are_valid():
                     Settings(**{fields[k]: v for k, v in env.items()})  # raises on a value the service refuses
                     if container["image"].endswith(":cpu"):
                         assert env.get("VKACT_PIN_CPU") == "off", path
+
+
+def test_compose_passes_every_service_setting_through():
+    """docker/compose.yaml lists every VKACT_* setting (the build-time paths aside), so a variable set
+    in the shell reaches the container."""
+    from service.config import Settings
+
+    compose = yaml.safe_load((DEPLOY.parent / "docker" / "compose.yaml").read_text())
+    build_time = {"glsl_dir", "spirv_cache", "glslang"}
+    wanted = {f"VKACT_{name.upper()}" for name in Settings.model_fields if name not in build_time}
+    for name, service in compose["services"].items():
+        assert wanted <= set(service["environment"]), (name, wanted - set(service["environment"]))
