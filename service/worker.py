@@ -16,6 +16,7 @@ import mmap
 import multiprocessing as mp
 import os
 import pickle
+import re
 import tempfile
 import threading
 from collections import OrderedDict, deque
@@ -84,6 +85,38 @@ class _Slot:
     busy: bool = False
 
 
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22), or None if there
+    is no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_SLOT_NAME = re.compile(r"vkact-(\d+)-(\d+)-\d+")  # vkact-PID-START-N: the process that made it, and when
+
+
+def sweep_stale_slots(directory: str = SHM_DIR) -> list[str]:
+    """Remove the slot files of processes that are gone: one killed (SIGKILL, OOM) cannot remove its
+    own, and a Kubernetes memory-backed /dev/shm outlives container restarts, so they would pile up
+    until no slot fits. A slot belongs to a live process only if one with its pid started when its
+    name says (a restarted container's process often has the same pid). Returns the removed paths."""
+    removed = []
+    for name in os.listdir(directory):
+        match = _SLOT_NAME.fullmatch(name)
+        if match is None or _started(int(match[1])) == int(match[2]):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:  # gone already, or not ours to remove
+            pass
+    return removed
+
+
 class SlotPool:
     """At most ``count`` slots; a slot grows (is replaced by a bigger file) when a request needs it."""
 
@@ -91,7 +124,10 @@ class SlotPool:
         self.count = count
         self.slots: list[_Slot] = []
         self._names = itertools.count()
+        self._prefix = f"vkact-{os.getpid()}-{_started(os.getpid()) or 0}-"
         self._on_forget = on_forget
+        for path in sweep_stale_slots():
+            log.warning("removed %s, a tensor slot left by a process that is gone", path)
 
     def acquire(self, nbytes: int) -> _Slot:
         free = [s for s in self.slots if not s.busy]
@@ -103,7 +139,7 @@ class SlotPool:
                 old = min(free, key=lambda s: s.mapping.size)
                 self.slots.remove(old)
                 self._destroy(old)
-            slot = _Slot(_Mapping(os.path.join(SHM_DIR, f"vkact-{os.getpid()}-{next(self._names)}"), bucket(nbytes), True))
+            slot = _Slot(_Mapping(os.path.join(SHM_DIR, f"{self._prefix}{next(self._names)}"), bucket(nbytes), True))
             self.slots.append(slot)
         else:
             raise Busy("the device queue is full; retry shortly")
