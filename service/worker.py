@@ -95,17 +95,25 @@ def _started(pid: int) -> int | None:
         return None
 
 
-_SLOT_NAME = re.compile(r"vkact-(\d+)-(\d+)-\d+")  # vkact-PID-START-N: the process that made it, and when
+def owner_tag(pid: int) -> str:
+    """PID-START: a process and when it started, which together name it across pid reuse."""
+    return f"{pid}-{_started(pid) or 0}"
 
 
-def sweep_stale_slots(directory: str = SHM_DIR) -> list[str]:
-    """Remove the slot files of processes that are gone: one killed (SIGKILL, OOM) cannot remove its
-    own, and a Kubernetes memory-backed /dev/shm outlives container restarts, so they would pile up
-    until no slot fits. A slot belongs to a live process only if one with its pid started when its
-    name says (a restarted container's process often has the same pid). Returns the removed paths."""
+# vkact-PID-START-N (a tensor slot) and vkact-regions-PID-START.json (a server's shared-memory
+# registrations): the process that made the file, and when it started
+_OWNED_NAME = re.compile(r"vkact-(?:regions-)?(\d+)-(\d+)(?:-\d+|\.json)")
+
+
+def sweep_stale_files(directory: str = SHM_DIR) -> list[str]:
+    """Remove the files of processes that are gone: one killed (SIGKILL, OOM) cannot remove its own,
+    and a Kubernetes memory-backed /dev/shm outlives container restarts, so slots would pile up until
+    none fits, and a registry would hand a restarted server its predecessor's registrations. A file
+    belongs to a live process only if one with its pid started when its name says (a restarted
+    container's process often has the same pid). Returns the removed paths."""
     removed = []
     for name in os.listdir(directory):
-        match = _SLOT_NAME.fullmatch(name)
+        match = _OWNED_NAME.fullmatch(name)
         if match is None or _started(int(match[1])) == int(match[2]):
             continue
         path = os.path.join(directory, name)
@@ -124,10 +132,10 @@ class SlotPool:
         self.count = count
         self.slots: list[_Slot] = []
         self._names = itertools.count()
-        self._prefix = f"vkact-{os.getpid()}-{_started(os.getpid()) or 0}-"
+        self._prefix = f"vkact-{owner_tag(os.getpid())}-"
         self._on_forget = on_forget
-        for path in sweep_stale_slots():
-            log.warning("removed %s, a tensor slot left by a process that is gone", path)
+        for path in sweep_stale_files():
+            log.warning("removed %s, left in shared memory by a process that is gone", path)
 
     def acquire(self, nbytes: int) -> _Slot:
         free = [s for s in self.slots if not s.busy]

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from ..config import Settings
 from ..shared_memory import SharedMemoryRegistry
-from ..worker import SHM_DIR, DeviceWorker
+from ..worker import SHM_DIR, DeviceWorker, owner_tag
 from . import errors, health, v1, v2, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
@@ -39,7 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.v2_headers = HeaderCache()
     # One registration file per server, shared by its HTTP processes (their parent, with --workers > 1).
     server = os.getppid() if settings.workers > 1 else os.getpid()
-    app.state.shared_memory = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{server}.json"))
+    app.state.shared_memory = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{owner_tag(server)}.json"))
     errors.install(app)
     app.include_router(v1.router)
     app.include_router(health.router)

@@ -1,12 +1,13 @@
-"""Tensor slot files in /dev/shm (service/worker.py): named by the process that made them and when it
-started, and removed when that process is gone, so a killed server's slots never pile up or collide."""
+"""The service's files in /dev/shm (service/worker.py): tensor slots and shared-memory registries,
+named by the process that made them and when it started, and removed when that process is gone, so a
+killed server's files never pile up, collide, or hand a restarted server its predecessor's state."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 
-from service.worker import SlotPool, _started, sweep_stale_slots
+from service.worker import SlotPool, _started, sweep_stale_files
 
 
 def _touch(directory, name: str) -> str:
@@ -22,11 +23,13 @@ def test_slots_of_gone_processes_are_removed(tmp_path):
     me, started = os.getpid(), _started(os.getpid())
     assert started is not None
     stale = [_touch(tmp_path, f"vkact-{dead_pid}-12345-0"),          # its process has exited
-             _touch(tmp_path, f"vkact-{me}-{started + 1}-3")]         # this pid, another start: a previous container
+             _touch(tmp_path, f"vkact-{me}-{started + 1}-3"),         # this pid, another start: a previous container
+             _touch(tmp_path, f"vkact-regions-{me}-{started + 1}.json")]  # that container's registrations
     kept = [_touch(tmp_path, f"vkact-{me}-{started}-0"),              # this very process's
-            _touch(tmp_path, "vkact-regions-7.json"),                 # not a slot
+            _touch(tmp_path, f"vkact-regions-{me}-{started}.json"),
+            _touch(tmp_path, "vkact-regions-7.json"),                 # not of the form: left alone
             _touch(tmp_path, "client-region")]                        # a client's shared memory
-    assert sorted(sweep_stale_slots(str(tmp_path))) == sorted(stale)
+    assert sorted(sweep_stale_files(str(tmp_path))) == sorted(stale)
     assert all(os.path.exists(p) for p in kept) and not any(os.path.exists(p) for p in stale)
 
 
