@@ -16,6 +16,7 @@ from . import errors, health, v1, v2, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
 from .metrics import Metrics
+from .runtime import Runtime
 
 log = logging.getLogger("vkact.api")
 
@@ -25,21 +26,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        worker = app.state.worker = DeviceWorker(settings)
+        worker = runtime.worker = DeviceWorker(settings)
         worker.start()  # readiness follows when the worker reports its device and shaders
         yield
         await worker.close()
-        app.state.shared_memory.close()
+        runtime.shared_memory.close()
 
     app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan,
                   description="DirectML's activation operators on any Vulkan device")
-    app.state.settings = settings
-    app.state.metrics = Metrics()
-    app.state.v1_headers = HeaderCache()
-    app.state.v2_headers = HeaderCache()
     # One registration file per server, shared by its HTTP processes (their parent, with --workers > 1).
     server = os.getppid() if settings.workers > 1 else os.getpid()
-    app.state.shared_memory = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{owner_tag(server)}.json"))
+    registry = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{owner_tag(server)}.json"))
+    runtime = app.runtime = Runtime(settings, Metrics(), registry, HeaderCache(), HeaderCache())
     errors.install(app)
     app.include_router(v1.router)
     app.include_router(health.router)

@@ -23,6 +23,7 @@ from client.codec import CodecError
 from ..errors import Busy, VkactError
 from ..operators import OPERATORS, descriptor_error
 from .execution import OPERATOR_KEY
+from .runtime import runtime
 
 log = logging.getLogger("vkact.api")
 
@@ -41,7 +42,7 @@ def _is_execution(path: str) -> bool:
 
 
 def _count(request: Request, status: int) -> None:
-    metrics = request.app.state.metrics
+    metrics = runtime(request).metrics
     metrics.errors.labels(str(status)).inc()
     if _is_execution(request.url.path):
         operator = request.scope.get(OPERATOR_KEY, "-")

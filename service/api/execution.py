@@ -16,6 +16,7 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 from ..errors import InvalidRequest, PayloadTooLarge, Timeout
 from ..operators import OperatorDesc
 from ..worker import LARGE, Result, copy_into
+from .runtime import runtime
 
 
 OPERATOR_KEY = "vkact.operator"  # scope key: the operator (model) a failure from then on counts against
@@ -73,8 +74,9 @@ async def run_on_device(
     The request's own task awaits the worker; the timeout and the client's departure cancel it. A job
     that goes straight to an idle device is not watched for departure (that needs a task of its own, a
     large share of a small request's cost): once on the device it runs to the end either way."""
-    state = request.app.state
+    state = runtime(request)
     worker = state.worker
+    assert worker is not None
     timeout = state.settings.request_timeout_s
     task = asyncio.current_task()
     assert task is not None
@@ -159,7 +161,7 @@ class _Record:
 
 def record_success(request: Request, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:
     """The bookkeeping of one answered execution, whichever protocol carried it."""
-    metrics = request.app.state.metrics
+    metrics = runtime(request).metrics
     elapsed = time.perf_counter() - started
     metrics.operator(op.type_name()).record(elapsed, result.queue_seconds, result.kernel_seconds, bytes_in, bytes_out)
     metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds, result.batch_size)

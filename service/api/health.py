@@ -5,6 +5,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from .runtime import device_worker, runtime
+
 router = APIRouter(tags=["health"])
 
 
@@ -15,13 +17,13 @@ async def live() -> dict:
 
 @router.get("/health/ready")
 async def ready(request: Request) -> JSONResponse:
-    ok = request.app.state.worker.ready
+    ok = device_worker(request).ready
     return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    state = request.app.state
-    state.metrics.queue_depth.set(state.worker.queue_depth)
-    state.metrics.worker_restarts.set(state.worker.restarts)
+    state, worker = runtime(request), device_worker(request)
+    state.metrics.queue_depth.set(worker.queue_depth)
+    state.metrics.worker_restarts.set(worker.restarts)
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from . import errors, v1, v2
+from .runtime import Runtime
 
 Handler = Callable[..., Awaitable[Response]]
 
@@ -36,6 +37,8 @@ def route(method: str, path: str) -> tuple[Handler, dict[str, str]] | None:
 
 
 class VkactApp(FastAPI):
+    runtime: Runtime  # set by create_app
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
             found = route(scope["method"], scope["path"])

@@ -31,17 +31,18 @@ from .catalog import catalog
 from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, read_body, run_on_device
 from .header_cache import HeaderCache
 from .json_text import dumps
+from .runtime import device_worker, runtime
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
 
 # async: FastAPI runs a plain def dependency in its thread pool, two thread hops per request.
 async def _worker(request: Request) -> DeviceWorker:
-    return request.app.state.worker
+    return device_worker(request)
 
 
 async def _settings(request: Request) -> Settings:
-    return request.app.state.settings
+    return runtime(request).settings
 
 
 WorkerDep = Annotated[DeviceWorker, Depends(_worker)]
@@ -117,8 +118,8 @@ async def execute(request: Request) -> Response:
     # The state is read directly, not through Depends: FastAPI's dependency solving is about a sixth
     # of this route's own time for a small request (measured in-process).
     started = time.perf_counter()
-    state = request.app.state
-    worker: DeviceWorker = state.worker
+    state = runtime(request)
+    worker = device_worker(request)
     body = await read_body(request, state.settings.max_body_bytes)
     raw, tail = frame_parts(body, request.headers.get(HEADER_LENGTH))
     if not worker.ready or worker.info is None:

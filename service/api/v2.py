@@ -25,6 +25,7 @@ from ..worker import pickled
 from .execution import answered, binary_frame, count_against, read_body, run_on_device
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
+from .runtime import device_worker, runtime
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, padded, parse_frame
 from .v2_encoding import choose_encoding, compress, decode_body
 from .v2_models import MODELS, config, find_model, metadata
@@ -63,7 +64,7 @@ class RequestIdMiddleware:
 
 
 def _ready(request: Request) -> bool:
-    return bool(request.app.state.worker.ready)
+    return device_worker(request).ready
 
 
 # -- health and metadata --------------------------------------------------------------------------------
@@ -210,8 +211,8 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     started = time.perf_counter()
     model_class = find_model(model, version)
     count_against(request, model_class.type_name())  # failures from here on count against the model
-    state = request.app.state
-    worker = state.worker
+    state = runtime(request)
+    worker = device_worker(request)
     if not worker.ready or worker.info is None:
         raise NotReady("the device is not ready yet")
     limit = state.settings.max_body_bytes

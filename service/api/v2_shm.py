@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import InvalidRequest
 from ..shared_memory import SharedMemoryRegistry
+from .runtime import runtime
 
 router = APIRouter(prefix="/v2/systemsharedmemory", tags=["v2"])
 
@@ -25,7 +26,7 @@ class RegisterRequest(BaseModel):
 
 
 def _registry(request: Request) -> SharedMemoryRegistry:
-    return request.app.state.shared_memory
+    return runtime(request).shared_memory
 
 
 @router.get("/status", summary="Every registered region")

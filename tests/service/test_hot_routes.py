@@ -64,7 +64,7 @@ def call(app, via_fastapi: bool, method: str, path: str, body: bytes = b"", head
 @pytest.fixture(scope="module")
 def app():
     app = create_app()
-    app.state.worker = EchoWorker()
+    app.runtime.worker = EchoWorker()
     return app
 
 

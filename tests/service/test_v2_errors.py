@@ -207,7 +207,7 @@ def test_routing_errors_use_the_protocols_shape(http):
 def test_not_ready_is_503():
     """Before the device worker reports ready: probes, model readiness and inference answer 503."""
     app = create_app()
-    app.state.worker = SimpleNamespace(ready=False, info=None, queue_depth=0, restarts=0)  # no lifespan runs
+    app.runtime.worker = SimpleNamespace(ready=False, info=None, queue_depth=0, restarts=0)  # no lifespan runs
 
     async def scenario() -> None:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://vkact") as client:
