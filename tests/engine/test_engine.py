@@ -11,7 +11,7 @@ from client.buffers import to_buffer
 from service.config import Settings
 from service.engine import Engine, bucket
 from service.errors import DescriptorError, InvalidRequest, UnsupportedOnDevice
-from tests.helpers import any_op, assert_matches, make_op, run
+from tests.helpers import any_op, assert_matches, make_op, run, view
 
 WORKLOAD = [  # (kind, dtype, sizes, input strides, in place)
     ("SHRINK", np.float32, (1000,), None, False),
@@ -55,6 +55,57 @@ def test_keyed_calls_replay_their_recorded_command_buffer_on_new_data(memory):
         for seed in range(1, 4):
             run_workload(engine, keyed=True, seed=seed)
         assert (engine.stats.pipelines_created, engine.stats.buffers_allocated, len(engine._plans)) == warm
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", ["packed", "strided", "in place"])
+def test_a_replayer_repeats_an_execution_on_the_bytes_now_in_its_buffers(engine, kind):
+    """The device worker's repeated request: new bytes in the same input and output buffers, each
+    replay computing from them (strided: gaps in the output zeroed, never stale)."""
+    if kind == "strided":
+        op = make_op("CELU", np.float32, (3, 5), out_strides=(10, 2))  # gaps between output elements
+    else:
+        op = make_op("CELU", np.float32, (3, 5))
+    in_place = kind == "in place"
+    key = pickle.dumps((op, kind))
+    source = np.zeros(op.inputs[0].total_bytes, np.uint8)
+    out = source if in_place else np.full(op.output.total_bytes, 0xAB, np.uint8)
+    engine.execute(op, [source], out=out, key=key, in_place=in_place)
+    replay = engine.replayer(op, [source], out, key, in_place)
+    dispatches = engine.stats.dispatches
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(15).astype(np.float32)
+        source[:] = x.view(np.uint8)
+        if not in_place:
+            out[:] = 0xAB  # whatever the last reader left
+        assert replay() > 0
+        got = view(out, np.float32, op.output.Sizes, op.output.strides)
+        assert_matches(np.array(got), op.reference(x.reshape(3, 5)), 2)
+        if kind == "strided":  # every byte besides the elements is zero
+            mask = np.zeros(out.nbytes // 4, bool)
+            mask[[10 * i + 2 * j for i in range(3) for j in range(5)]] = True
+            assert not out.view(np.float32)[~mask].any()
+    assert engine.stats.dispatches == dispatches + 3
+
+
+def test_a_replayer_goes_stale_when_its_plan_is_dropped():
+    engine = Engine(Settings(pool_bytes=1 << 20))
+    try:
+        op = make_op("SOFTSIGN", np.float32, (50_000,))
+        x = np.linspace(-4, 4, 50_000, dtype=np.float32).view(np.uint8)
+        out = np.zeros(op.output.total_bytes, np.uint8)
+        key = pickle.dumps(op)
+        engine.execute(op, [x], out=out, key=key)
+        replay = engine.replayer(op, [x], out, key)
+        assert replay() is not None
+        big = make_op("SOFTSIGN", np.float32, (100_000,))  # its slot evicts the first one's
+        engine.execute(big, [np.zeros(big.inputs[0].total_bytes, np.uint8)], key=pickle.dumps(big))
+        assert engine.stats.slots_evicted > 0
+        dispatches = engine.stats.dispatches
+        assert replay() is None and engine.stats.dispatches == dispatches  # nothing ran
+        with pytest.raises(InvalidRequest):  # no plan: execute first
+            engine.replayer(op, [x], out, key)
     finally:
         engine.close()
 
