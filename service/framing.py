@@ -1,5 +1,10 @@
-"""The messages between the HTTP process and its device worker: pickled tuples, each behind a 4-byte
-length, over the socket pair that ``multiprocessing.Pipe`` makes.
+"""The messages between the HTTP process and its device worker, over the socket pair that
+``multiprocessing.Pipe`` makes: each a 4-byte length and a payload.
+
+Most payloads are pickled tuples. The two of a repeated request, the bulk of the traffic, have fixed
+layouts instead (a tag byte and a struct): "go" (job id, template id) and "ok" (job id, kernel
+seconds), a few bytes where the pickled job took hundreds, and no pickle machinery on either side.
+A pickle (protocol 2 and later) starts with 0x80, so the tags cannot be mistaken for one.
 
 multiprocessing's Connection reads a message in two system calls (its length, then its bytes) with
 a Python loop and a BytesIO around them; here a message is written in one call and one read takes
@@ -15,14 +20,32 @@ from typing import Any
 PROTOCOL = pickle.HIGHEST_PROTOCOL  # plain tuples: pickle, not multiprocessing's ForkingPickler
 _LENGTH = struct.Struct("<I")
 _READ = 1 << 16
+_COMPACT = {"go": (b"G", struct.Struct("<QI")), "ok": (b"K", struct.Struct("<Qd"))}  # job ids count up for the life of the server
+_BY_TAG = {tag[0]: (kind, layout) for kind, (tag, layout) in _COMPACT.items()}
+
+
+def encode(*msg: Any) -> bytes:
+    """``msg`` (a tuple) as one framed message."""
+    data = pickle.dumps(msg, PROTOCOL)
+    return _LENGTH.pack(len(data)) + data
+
+
+def encode_compact(kind: str, *values: int | float) -> bytes:
+    """A "go" or "ok" message (see the module's description)."""
+    tag, layout = _COMPACT[kind]
+    return _LENGTH.pack(1 + layout.size) + tag + layout.pack(*values)
+
+
+def write(fd: int, data: bytes) -> None:
+    """Write ``data`` (one or more encoded messages) whole; the descriptor is blocking, so this
+    returns once it is written."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def send(fd: int, *msg: Any) -> None:
-    """Write ``msg`` (a tuple) whole; the descriptor is blocking, so this returns once it is written."""
-    data = pickle.dumps(msg, PROTOCOL)
-    view = memoryview(_LENGTH.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
+    write(fd, encode(*msg))
 
 
 class Reader:
@@ -59,6 +82,10 @@ class Reader:
         end = _LENGTH.size + _LENGTH.unpack_from(buffer)[0]
         if len(buffer) < end:
             return None
-        msg = pickle.loads(buffer[_LENGTH.size : end])  # a copy: the buffer is cut next
+        compact = _BY_TAG.get(buffer[_LENGTH.size])
+        if compact is not None:
+            msg = (compact[0], *compact[1].unpack_from(buffer, _LENGTH.size + 1))
+        else:
+            msg = pickle.loads(buffer[_LENGTH.size : end])  # a copy: the buffer is cut next
         del buffer[:end]
         return msg

@@ -59,3 +59,28 @@ def test_the_other_end_closing_is_eof():
     with pytest.raises(EOFError):
         reader.next()
     b.close()
+
+
+def test_compact_messages_among_pickled_ones():
+    """A repeated request's "go" and "ok" have fixed layouts; they mix with pickled messages in one
+    write and arrive as the same tuples as any other message."""
+    a, b = socket.socketpair()
+    with a, b:
+        reader = framing.Reader(b.fileno())
+        template = (b"key", "/dev/shm/x", 64, ((0, 16),), (16, 16), False)
+        framing.write(a.fileno(), framing.encode("template", 3, template) + framing.encode_compact("go", 41, 3))
+        framing.write(a.fileno(), framing.encode_compact("ok", 41, 2.5e-05) + framing.encode("stop"))
+        assert reader.ready() == [("template", 3, template), ("go", 41, 3), ("ok", 41, 2.5e-05), ("stop",)]
+
+
+def test_a_compact_message_split_across_reads():
+    a, b = socket.socketpair()
+    with a, b:
+        reader = framing.Reader(b.fileno())
+        frame = framing.encode_compact("go", 2**40, 7)
+        assert len(frame) == 4 + 1 + 12  # a fortieth of a pickled job
+        for i in range(len(frame) - 1):
+            a.sendall(frame[i : i + 1])
+            assert reader.ready() == []
+        a.sendall(frame[-1:])
+        assert reader.ready() == [("go", 2**40, 7)]

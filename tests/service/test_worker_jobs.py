@@ -1,14 +1,17 @@
-"""The device worker process's side of a message: several jobs of one descriptor in one dispatch, and
-each job answered on its own when that fails (run here in-process on the session's engine)."""
+"""The device worker process's side of a message (run here in-process on the session's engine):
+several jobs of one descriptor in one dispatch, each job answered on its own when that fails, and
+a repeated job replayed from its template."""
 from __future__ import annotations
 
 import os
 import pickle
+import socket
 import tempfile
 
 import numpy as np
 
-from service.worker import _Engines, _Mapping
+from service import framing
+from service.worker import _Engines, _Mapping, _TemplateIds
 from tests.helpers import assert_matches, make_op
 
 
@@ -48,3 +51,56 @@ def test_jobs_of_one_message_run_in_one_dispatch(engine, monkeypatch):
 
 def test_a_failed_batch_answers_each_job_alone(engine, monkeypatch):
     assert _scenario(engine, True, monkeypatch) == 4
+
+
+def test_template_numbers_are_reused_within_their_limit():
+    ids = _TemplateIds(limit=2)
+    a, b, c = (("k", f"/dev/shm/{n}", 64, ((0, 16),), (16, 16), False) for n in "abc")
+    assert ids.number(a) == (0, True) and ids.number(a) == (0, False)
+    assert ids.number(b) == (1, True)
+    ids.number(a)                         # b is now the least recently used
+    assert ids.number(c) == (1, True)     # and gives c its number
+    assert ids.number(b) == (0, True)     # a was least recently used by then
+    ids.drop_slot("/dev/shm/c")           # c's slot was replaced: its number is free again
+    assert ids.number(a) == (1, True)
+
+
+def _reply(data: bytes) -> tuple:
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(data)
+        return framing.Reader(b.fileno()).next()
+
+
+def test_a_template_runs_whole_once_then_replays_on_new_bytes(engine):
+    """What the worker does with "template" and "go" messages: the first job runs as any job and
+    answers "done"; later ones replay it and answer "ok", each computing from the bytes now in the
+    slot; a replay that fails or went stale runs whole again; a forgotten slot takes its templates."""
+    op = make_op("SHRINK", np.float32, (1000,))
+    n = op.output.total_bytes
+    path = os.path.join(tempfile.gettempdir(), f"vkact-test-{os.getpid()}-template")
+    mapping = _Mapping(path, 2 * n, True)
+    mappings = {path: mapping}
+    engines = _Engines(engine)
+    engines.define(5, (pickle.dumps(op), path, 2 * n, ((0, n),), (n, n), False))
+    try:
+        kinds = []
+        for job in range(4):
+            x = np.random.default_rng(job).standard_normal(1000).astype(np.float32)
+            mapping.array[:n] = x.view(np.uint8)
+            mapping.array[n:] = 0xAB
+            if job == 2:  # a replay that raises: the job runs whole, a new replayer follows
+                engines._replays[5] = lambda: 1 / 0
+            reply = _reply(engines.go(mappings, job, 5))
+            kinds.append(reply[0])
+            assert reply[:2] == ("ok", job) if reply[0] == "ok" else reply == ("done", [(job, "done", reply[1][0][2], 1)])
+            assert_matches(mapping.array[n:].view(np.float32).copy(), op.reference(x), 0)
+        assert kinds == ["done", "ok", "done", "ok"]
+        engines.forget(mappings, path)
+        assert path not in mappings
+        reply = _reply(engines.go(mappings, 4, 5))
+        assert reply[1][0][:3] == (4, "error", "DeviceFailure")
+    finally:
+        os.unlink(path)
+        if path in mappings:  # else forget() closed it
+            mapping.close()
