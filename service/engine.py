@@ -222,13 +222,10 @@ class Engine:
         (the device worker passes the descriptor's pickled bytes). A keyed call replays a command
         buffer recorded on its first run, skipping the layout, push constants and recording.
         """
-        if threading.get_ident() != self._owner:
-            raise RuntimeError("an Engine is used only by the thread that created it (kp has no locks)")
+        self._check_thread()
         arrays = self._check_inputs(op, inputs)
         outd = op.output
-        result = np.frombuffer(out, np.uint8) if out is not None else np.empty(outd.total_bytes, np.uint8)
-        if result.nbytes != outd.total_bytes or result.flags.writeable is False:
-            raise InvalidRequest(f"output buffer must be {outd.total_bytes} writable bytes", "OutputTensor")
+        result = self._check_output(op, out if out is not None else np.empty(outd.total_bytes, np.uint8))
         if outd.element_count == 0:
             op.check_execution(in_place, self.max_tensor_bytes)
             result[:] = arrays[0][: result.nbytes] if in_place else 0
@@ -243,13 +240,14 @@ class Engine:
         replays a repeated request this way. The call returns the dispatch's seconds, or None without
         running when the engine no longer keeps the plan (run ``execute`` again, and make a new one)."""
         arrays = self._check_inputs(op, inputs)
-        result = np.frombuffer(out, np.uint8)
+        result = self._check_output(op, out)
         plan = self._plans.get((key, in_place))
-        if plan is None or result.nbytes != op.output.total_bytes:
+        if plan is None:
             raise InvalidRequest("no plan to replay: execute this keyed operator first")
         generation = self._generation
 
         def replay() -> float | None:
+            self._check_thread()
             return plan.run(arrays, result) if self._generation == generation else None
 
         return replay
@@ -424,6 +422,16 @@ class Engine:
         if self.memory == "device":
             seq.record(kp.OpTensorSyncLocal([output]))
         return seq
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._owner:
+            raise RuntimeError("an Engine is used only by the thread that created it (kp has no locks)")
+
+    def _check_output(self, op: OperatorDesc, out: Buffer) -> np.ndarray:
+        result = np.frombuffer(out, np.uint8)
+        if result.nbytes != op.output.total_bytes or result.flags.writeable is False:
+            raise InvalidRequest(f"output buffer must be {op.output.total_bytes} writable bytes", "OutputTensor")
+        return result
 
     def _check_inputs(self, op: OperatorDesc, inputs: Sequence[Buffer]) -> list[np.ndarray]:
         if len(inputs) != len(op.input_fields):

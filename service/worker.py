@@ -633,8 +633,8 @@ class _Engines:
     def go(self, mappings: dict[str, _Mapping], job_id: int, tid: int) -> bytes:
         """Run a job of template ``tid`` with the bytes now in its slot; the reply, encoded. The first
         job of a template runs as any job does, and leaves a replayer: its checks, look-ups and views
-        done once (measured in the service: the worker's share of a 1,024-element request, mostly
-        cache misses after the HTTP side ran, 110 -> 70 us)."""
+        done once (perf sched in the service: the job thread's CPU per 1,024-element request, mostly
+        cache misses after the HTTP side ran on the same CPU, 95 -> 68 us)."""
         replay = self._replays.get(tid)
         if replay is not None:
             try:

@@ -193,18 +193,22 @@ def test_tensors_beyond_the_device_limit_are_refused(engine):
 
 def test_engine_refuses_other_threads(engine):
     op = make_op("SHRINK", np.float32, (4,))
+    x, out, key = np.zeros(16, np.uint8), np.zeros(16, np.uint8), pickle.dumps(("other threads", op))
+    engine.execute(op, [x], out=out, key=key)
+    replay = engine.replayer(op, [x], out, key)
     errors: list[BaseException] = []
 
     def call() -> None:
-        try:
-            engine.execute(op, [np.zeros(16, np.uint8)])
-        except BaseException as exc:  # noqa: BLE001 - the assertion below inspects it
-            errors.append(exc)
+        for attempt in (lambda: engine.execute(op, [x]), replay):
+            try:
+                attempt()
+            except BaseException as exc:  # noqa: BLE001 - the assertion below inspects it
+                errors.append(exc)
 
     t = threading.Thread(target=call)
     t.start()
     t.join()
-    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert len(errors) == 2 and all(isinstance(e, RuntimeError) for e in errors)
 
 
 def test_device_report(engine):
