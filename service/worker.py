@@ -273,6 +273,11 @@ class _Job:
     started_at: float = 0.0
     released: bool = False
 
+    @property
+    def template(self) -> Template:
+        """What the worker needs besides the job's id (see _TemplateIds)."""
+        return (self.key, self.slot.mapping.path, self.slot.mapping.size, tuple(self.inputs), self.output, self.in_place)
+
     def release(self) -> None:
         if not self.released:
             self.released = True
@@ -478,13 +483,12 @@ class DeviceWorker:
             assert self._conn is not None
             if len(batch) == 1:
                 job = batch[0]
-                template = (job.key, job.slot.mapping.path, job.slot.mapping.size, tuple(job.inputs), job.output, job.in_place)
+                template = job.template
                 tid, new = self._templates.number(template)
                 go = framing.encode_compact("go", job.id, tid)
                 framing.write(self._conn.fileno(), framing.encode("template", tid, template) + go if new else go)
             else:
-                jobs = [(j.id, j.key, j.slot.mapping.path, j.slot.mapping.size, j.inputs, j.output, j.in_place) for j in batch]
-                framing.send(self._conn.fileno(), "run", jobs)
+                framing.send(self._conn.fileno(), "run", [(j.id, *j.template) for j in batch])
         except OSError as exc:  # the worker is gone; _on_exit fails the jobs
             log.warning("sending %d job(s) failed: %s", len(batch), exc)
 
@@ -650,11 +654,10 @@ class _Engines:
             return framing.encode("done", [(job_id, "error", "DeviceFailure", "device failure: the job's template is unknown", None)])
         reply = self._run_one(mappings, (job_id, *template))
         if reply[1] == "done":
-            key, path, _, inputs, output, in_place = template
-            array = mappings[path].array
+            key, path, size, inputs, output, in_place = template
             op, engine = self.op(key)
             try:
-                self._replays[tid] = engine.replayer(op, [array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]], key, in_place)
+                self._replays[tid] = engine.replayer(op, *_buffers(mappings, path, size, inputs, output), key, in_place)
             except VkactError:  # nothing to replay (an empty tensor dispatches nothing): it runs whole each time
                 pass
         return framing.encode("done", [reply])
@@ -681,10 +684,10 @@ class _Engines:
     def _run_one(self, mappings: dict[str, _Mapping], job: tuple) -> tuple:
         job_id, key, path, size, inputs, output, in_place = job
         try:
-            array = _mapping(mappings, path, size).array
+            ins, out = _buffers(mappings, path, size, inputs, output)
             op, engine = self.op(key)
             before = engine.stats.kernel_seconds
-            engine.execute(op, [array[o : o + n] for o, n in inputs], in_place=in_place, out=array[output[0] : output[0] + output[1]], key=key)
+            engine.execute(op, ins, in_place=in_place, out=out, key=key)
             return (job_id, "done", engine.stats.kernel_seconds - before, 1)
         except VkactError as exc:
             return (job_id, "error", type(exc).__name__, exc.message, exc.field)
@@ -697,21 +700,20 @@ class _Engines:
         engine (a batch is larger than its jobs). Their views of the mappings die with this frame, so
         a later 'forget' can unmap them."""
         key = jobs[0][1]
-        pairs = []
-        for _, _, path, size, inputs, output, _ in jobs:
-            array = _mapping(mappings, path, size).array
-            pairs.append(([array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]))
+        pairs = [_buffers(mappings, path, size, inputs, output) for _, _, path, size, inputs, output, _ in jobs]
         before = self.main.stats.kernel_seconds
         self.main.execute_batch(self.op(key)[0], pairs, key)
         seconds = self.main.stats.kernel_seconds - before
         return [(job[0], "done", seconds, len(jobs)) for job in jobs]
 
 
-def _mapping(mappings: dict[str, _Mapping], path: str, size: int) -> _Mapping:
+def _buffers(mappings: dict[str, _Mapping], path: str, size: int, inputs, output: tuple[int, int]) -> tuple[list[np.ndarray], np.ndarray]:
+    """A job's input and output bytes: views of its slot, mapped on first use."""
     mapping = mappings.get(path)
     if mapping is None:
         mapping = mappings[path] = _Mapping(path, size, False)
-    return mapping
+    array = mapping.array
+    return [array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]
 
 
 def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], inline: bool = False) -> Any:
