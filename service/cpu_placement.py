@@ -2,7 +2,7 @@
 
 A 1,024-element request passes through the HTTP process's event loop, the device worker's job
 thread and lavapipe's submit thread (Mesa always starts one for it; on the engine for one-workgroup
-dispatches that thread also runs the workgroup: see worker.py). Each hand-off between threads on
+dispatches that thread also runs the workgroup: see worker_process.py). Each hand-off between threads on
 different CPUs is an inter-processor wake-up, and on a virtual machine waking an idle vCPU costs tens
 of microseconds: a 1,024-element dispatch takes 52 us through lavapipe with its threads free and
 17.5 us with them on one CPU (measured on the 2-vCPU CI machine). So with ``pin_cpu`` the event

@@ -17,6 +17,9 @@ import pickle
 import struct
 from typing import Any
 
+# What a lone job tells the worker besides its id (service.worker._TemplateIds):
+# key (the pickled descriptor), slot path and size, inputs, output, in place
+Template = tuple[bytes, str, int, tuple[tuple[int, int], ...], tuple[int, int], bool]
 PROTOCOL = pickle.HIGHEST_PROTOCOL  # plain tuples: pickle, not multiprocessing's ForkingPickler
 _LENGTH = struct.Struct("<I")
 _READ = 1 << 16

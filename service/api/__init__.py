@@ -11,7 +11,8 @@ from fastapi import FastAPI
 
 from ..config import Settings
 from ..shared_memory import SharedMemoryRegistry
-from ..worker import SHM_DIR, DeviceWorker, owner_tag
+from ..slots import SHM_DIR, owner_tag
+from ..worker import DeviceWorker
 from . import errors, health, v1, v2, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp

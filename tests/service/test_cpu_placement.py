@@ -1,5 +1,5 @@
 """The small-request path on a CPU device: the pin_cpu setting (service/cpu_placement.py), the
-worker's engine for one-workgroup dispatches (service/worker.py), and the running service's threads."""
+worker's engine for one-workgroup dispatches (service/worker_process.py), and the running service's threads."""
 from __future__ import annotations
 
 import os
@@ -57,7 +57,8 @@ def test_small_dispatches_run_on_the_inline_engine(engine):
     """On lavapipe the worker makes a second engine without llvmpipe's compute pool for one-workgroup
     dispatches; its answers are those of numpy, and larger dispatches stay on the main engine."""
     from service.engine import Engine
-    from service.worker import _Engines, _make_engine, pickled
+    from service.worker import pickled
+    from service.worker_process import _Engines, _make_engine
 
     if engine.device.driver_name != "llvmpipe":
         pytest.skip("the inline engine is for llvmpipe")

@@ -1,4 +1,4 @@
-"""The service's files in /dev/shm (service/worker.py): tensor slots and shared-memory registries,
+"""The service's files in /dev/shm (service/slots.py): tensor slots and shared-memory registries,
 named by the process that made them and when it started, and removed when that process is gone, so a
 killed server's files never pile up, collide, or hand a restarted server its predecessor's state."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from service.worker import SlotPool, _started, sweep_stale_files
+from service.slots import SlotPool, process_start, sweep_stale_files
 
 
 def _touch(directory, name: str) -> str:
@@ -20,7 +20,7 @@ def _touch(directory, name: str) -> str:
 def test_slots_of_gone_processes_are_removed(tmp_path):
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     dead_pid = int(gone.stdout)
-    me, started = os.getpid(), _started(os.getpid())
+    me, started = os.getpid(), process_start(os.getpid())
     assert started is not None
     stale = [_touch(tmp_path, f"vkact-{dead_pid}-12345-0"),          # its process has exited
              _touch(tmp_path, f"vkact-{me}-{started + 1}-3"),         # this pid, another start: a previous container
@@ -34,14 +34,14 @@ def test_slots_of_gone_processes_are_removed(tmp_path):
 
 
 def test_a_pool_names_its_slots_by_process_and_start(monkeypatch, tmp_path):
-    import service.worker as worker
+    import service.slots as slots
 
-    monkeypatch.setattr(worker, "SHM_DIR", str(tmp_path))
+    monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path))
     leftover = _touch(tmp_path, f"vkact-{os.getpid()}-0")  # the old naming, as a killed server left it
     pool = SlotPool(2, lambda path: None)
     try:
         slot = pool.acquire(100)
-        assert os.path.basename(slot.mapping.path) == f"vkact-{os.getpid()}-{_started(os.getpid())}-0"
+        assert os.path.basename(slot.mapping.path) == f"vkact-{os.getpid()}-{process_start(os.getpid())}-0"
         assert os.path.exists(leftover)  # not a name of the new form: left alone, and no collision
     finally:
         pool.close()

@@ -11,7 +11,9 @@ import tempfile
 import numpy as np
 
 from service import framing
-from service.worker import _Engines, _Mapping, _TemplateIds
+from service.slots import Mapping
+from service.worker import _TemplateIds
+from service.worker_process import _Engines
 from tests.helpers import assert_matches, make_op
 
 
@@ -25,7 +27,7 @@ def _scenario(engine, fail_batch: bool, monkeypatch):
     xs = [np.random.default_rng(i).standard_normal(100).astype(np.float32) for i in range(4)]
     path = os.path.join(tempfile.gettempdir(), f"vkact-test-{os.getpid()}-{fail_batch}")
     step = 2 * op.output.total_bytes
-    mapping = _Mapping(path, step * len(xs), True)
+    mapping = Mapping(path, step * len(xs), True)
     try:
         for i, x in enumerate(xs):
             mapping.array[i * step : i * step + x.nbytes] = x.view(np.uint8)
@@ -79,7 +81,7 @@ def test_a_template_runs_whole_once_then_replays_on_new_bytes(engine):
     op = make_op("SHRINK", np.float32, (1000,))
     n = op.output.total_bytes
     path = os.path.join(tempfile.gettempdir(), f"vkact-test-{os.getpid()}-template")
-    mapping = _Mapping(path, 2 * n, True)
+    mapping = Mapping(path, 2 * n, True)
     mappings = {path: mapping}
     engines = _Engines(engine)
     engines.define(5, (pickle.dumps(op), path, 2 * n, ((0, n),), (n, n), False))

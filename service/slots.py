@@ -1,0 +1,150 @@
+"""Shared-memory tensor slots: files in /dev/shm that the HTTP process and its device worker both map.
+
+The HTTP side (``service.worker``) creates, sizes and removes slots and copies each request's tensors
+into one; the device worker process (``service.worker_process``) maps the same file and runs the
+engine on views of it. Files are named by the process that made them and when it started, so a
+server removes what a killed predecessor left behind.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import mmap
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from .buckets import bucket
+from .errors import Busy
+
+log = logging.getLogger("vkact.slots")
+ALIGN = 64
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class Mapping:
+    """A file-backed shared mapping; the creator unlinks the file, mappings stay valid until closed."""
+
+    def __init__(self, path: str, size: int, create: bool) -> None:
+        self.path, self.size = path, size
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+        try:
+            if create:
+                # Reserve the pages now: a sparse file in a full /dev/shm (Docker's default is 64 MB)
+                # would SIGBUS the first process to touch them instead of failing here, cleanly.
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as exc:
+                    os.unlink(path)
+                    raise Busy(
+                        f"no room for a {size}-byte tensor slot in {SHM_DIR} ({exc.strerror}); "
+                        "give the service more shared memory (docker run --shm-size=2g)"
+                    ) from None
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.array = np.frombuffer(self.mm, np.uint8)
+
+    def close(self) -> None:
+        del self.array
+        try:
+            self.mm.close()
+        except BufferError:  # a view still lives (a logged traceback's frame): unmapped when it dies
+            pass
+
+
+@dataclass
+class Slot:
+    mapping: Mapping
+    busy: bool = False
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22), or None if there
+    is no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def owner_tag(pid: int) -> str:
+    """PID-START: a process and when it started, which together name it across pid reuse."""
+    return f"{pid}-{process_start(pid) or 0}"
+
+
+# vkact-PID-START-N (a tensor slot) and vkact-regions-PID-START.json (a server's shared-memory
+# registrations): the process that made the file, and when it started
+_OWNED_NAME = re.compile(r"vkact-(?:regions-)?(\d+)-(\d+)(?:-\d+|\.json)")
+
+
+def sweep_stale_files(directory: str = SHM_DIR) -> list[str]:
+    """Remove the files of processes that are gone: one killed (SIGKILL, OOM) cannot remove its own,
+    and a Kubernetes memory-backed /dev/shm outlives container restarts, so slots would pile up until
+    none fits, and a registry would hand a restarted server its predecessor's registrations. A file
+    belongs to a live process only if one with its pid started when its name says (a restarted
+    container's process often has the same pid). Returns the removed paths."""
+    removed = []
+    for name in os.listdir(directory):
+        match = _OWNED_NAME.fullmatch(name)
+        if match is None or process_start(int(match[1])) == int(match[2]):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:  # gone already, or not ours to remove
+            pass
+    return removed
+
+
+class SlotPool:
+    """At most ``count`` slots; a slot grows (is replaced by a bigger file) when a request needs it."""
+
+    def __init__(self, count: int, on_forget) -> None:
+        self.count = count
+        self.slots: list[Slot] = []
+        self._names = itertools.count()
+        self._prefix = f"vkact-{owner_tag(os.getpid())}-"
+        self._on_forget = on_forget
+        for path in sweep_stale_files():
+            log.warning("removed %s, left in shared memory by a process that is gone", path)
+
+    def acquire(self, nbytes: int) -> Slot:
+        free = [s for s in self.slots if not s.busy]
+        fitting = [s for s in free if s.mapping.size >= nbytes]
+        if fitting:
+            slot = min(fitting, key=lambda s: s.mapping.size)
+        elif len(self.slots) < self.count or free:
+            if free:  # replace the smallest free slot by a bigger one
+                old = min(free, key=lambda s: s.mapping.size)
+                self.slots.remove(old)
+                self._destroy(old)
+            slot = Slot(Mapping(os.path.join(SHM_DIR, f"{self._prefix}{next(self._names)}"), bucket(nbytes), True))
+            self.slots.append(slot)
+        else:
+            raise Busy("the device queue is full; retry shortly")
+        slot.busy = True
+        return slot
+
+    @property
+    def in_use(self) -> int:
+        return sum(s.busy for s in self.slots)
+
+    def _destroy(self, slot: Slot) -> None:
+        os.unlink(slot.mapping.path)
+        slot.mapping.close()
+        self._on_forget(slot.mapping.path)
+
+    def close(self) -> None:
+        for slot in self.slots:
+            self._destroy(slot)
+        self.slots.clear()

@@ -1,0 +1,242 @@
+"""The device worker process: it owns the Engine(s) and runs the jobs the HTTP side sends.
+
+Started by ``service.worker.DeviceWorker`` (spawned, never forked); it reads framed messages from its
+pipe (``service.framing``), runs each job on views of its shared-memory slot (``service.slots``) and
+answers. kp is imported here only, so the HTTP process never loads a Vulkan driver.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from . import framing
+from .config import Settings
+from .cpu_placement import PROCESS_CPUS, set_thread_cpus
+from .errors import VkactError
+from .framing import Template
+from .operators import OperatorDesc
+from .slots import Mapping
+
+log = logging.getLogger("vkact.worker_process")
+OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes
+
+
+class _Engines:
+    """The worker's engines and what it keeps of its jobs: descriptors unpickled by their bytes, and
+    the engine each runs on. On llvmpipe a second engine, made with LP_NUM_THREADS=0, takes the
+    one-workgroup dispatches: its submit thread runs the workgroup itself, where the first engine's
+    hands it to its compute pool (one broadcast wake-up for all of the pool's threads) and waits
+    for it (measured: 23 us a 1,024-element dispatch against 56). Larger dispatches keep the pool."""
+
+    def __init__(self, main, small=None) -> None:
+        self.main, self.small = main, small
+        self._ops: OrderedDict[bytes, tuple[OperatorDesc, Any]] = OrderedDict()
+        self._templates: dict[int, Template] = {}                  # by number (see _TemplateIds)
+        self._replays: dict[int, Callable[[], float | None]] = {}  # what a template's first job did, to redo
+
+    def load_shaders(self) -> int:
+        if self.small is not None:
+            self.small.load_shaders()
+        return self.main.load_shaders()
+
+    def close(self) -> None:
+        for engine in (self.small, self.main):
+            if engine is not None:
+                engine.close()
+
+    def op(self, key: bytes) -> tuple[OperatorDesc, Any]:
+        """The descriptor pickled as ``key`` and the engine that runs it alone."""
+        found = self._ops.get(key)
+        if found is None:
+            op = pickle.loads(key)
+            found = self._ops[key] = (op, self._engine_for(op))
+            if len(self._ops) > OPS_CACHED:
+                self._ops.popitem(last=False)
+        return found
+
+    def _engine_for(self, op: OperatorDesc) -> Any:
+        if self.small is None:
+            return self.main
+        try:
+            return self.small if self.main.dispatch_workgroups(op) == 1 else self.main
+        except VkactError:  # not runnable: the main engine says why when it is run
+            return self.main
+
+    def define(self, tid: int, template: Template) -> None:
+        self._templates[tid] = template
+        self._replays.pop(tid, None)
+
+    def go(self, mappings: dict[str, Mapping], job_id: int, tid: int) -> bytes:
+        """Run a job of template ``tid`` with the bytes now in its slot; the reply, encoded. The first
+        job of a template runs as any job does, and leaves a replayer: its checks, look-ups and views
+        done once (perf sched in the service: the job thread's CPU per 1,024-element request, mostly
+        cache misses after the HTTP side ran on the same CPU, 95 -> 68 us)."""
+        replay = self._replays.get(tid)
+        if replay is not None:
+            try:
+                seconds = replay()
+            except Exception:  # noqa: BLE001 - run again below, which reports the error
+                seconds = None
+                del self._replays[tid]
+            if seconds is not None:
+                return framing.encode_compact("ok", job_id, seconds)
+        template = self._templates.get(tid)
+        if template is None:  # never sent, or sent to a worker before this one: a bug, not the request's
+            log.error("job %d names template %d, which this worker was never given", job_id, tid)
+            return framing.encode("done", [(job_id, "error", "DeviceFailure", "device failure: the job's template is unknown", None)])
+        reply = self._run_one(mappings, (job_id, *template))
+        if reply[1] == "done":
+            key, path, size, inputs, output, in_place = template
+            op, engine = self.op(key)
+            try:
+                self._replays[tid] = engine.replayer(op, *_buffers(mappings, path, size, inputs, output), key, in_place)
+            except VkactError:  # nothing to replay (an empty tensor dispatches nothing): it runs whole each time
+                pass
+        return framing.encode("done", [reply])
+
+    def forget(self, mappings: dict[str, Mapping], path: str) -> None:
+        """Unmap a slot that the HTTP side replaced, with the templates on it and their views."""
+        for tid in [t for t, template in self._templates.items() if template[1] == path]:
+            del self._templates[tid]
+            self._replays.pop(tid, None)
+        mapping = mappings.pop(path, None)
+        if mapping is not None:
+            mapping.close()
+
+    def run_jobs(self, mappings: dict[str, Mapping], jobs: list) -> list[tuple]:
+        """Run one message's jobs, one reply each. Several jobs (one descriptor) run as one dispatch;
+        if that fails, each runs alone, so that every job gets its own answer."""
+        if len(jobs) > 1:
+            try:
+                return self._run_batch(mappings, jobs)
+            except Exception:  # noqa: BLE001 - each job is tried alone below and answers for itself
+                log.exception("a batch of %d jobs failed; running them one by one", len(jobs))
+        return [self._run_one(mappings, job) for job in jobs]
+
+    def _run_one(self, mappings: dict[str, Mapping], job: tuple) -> tuple:
+        job_id, key, path, size, inputs, output, in_place = job
+        try:
+            ins, out = _buffers(mappings, path, size, inputs, output)
+            op, engine = self.op(key)
+            before = engine.stats.kernel_seconds
+            engine.execute(op, ins, in_place=in_place, out=out, key=key)
+            return (job_id, "done", engine.stats.kernel_seconds - before, 1)
+        except VkactError as exc:
+            return (job_id, "error", type(exc).__name__, exc.message, exc.field)
+        except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
+            log.exception("job %d failed", job_id)
+            return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
+
+    def _run_batch(self, mappings: dict[str, Mapping], jobs: list) -> list[tuple]:
+        """Jobs of one descriptor (the HTTP side batches only equal keys) in one dispatch, on the main
+        engine (a batch is larger than its jobs). Their views of the mappings die with this frame, so
+        a later 'forget' can unmap them."""
+        key = jobs[0][1]
+        pairs = [_buffers(mappings, path, size, inputs, output) for _, _, path, size, inputs, output, _ in jobs]
+        before = self.main.stats.kernel_seconds
+        self.main.execute_batch(self.op(key)[0], pairs, key)
+        seconds = self.main.stats.kernel_seconds - before
+        return [(job[0], "done", seconds, len(jobs)) for job in jobs]
+
+
+def _buffers(mappings: dict[str, Mapping], path: str, size: int, inputs, output: tuple[int, int]) -> tuple[list[np.ndarray], np.ndarray]:
+    """A job's input and output bytes: views of its slot, mapped on first use."""
+    mapping = mappings.get(path)
+    if mapping is None:
+        mapping = mappings[path] = Mapping(path, size, False)
+    array = mapping.array
+    return [array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]
+
+
+def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], inline: bool = False) -> Any:
+    """An Engine, made in a short-lived thread at ``worker_nice`` on ``cpus``: niceness and affinity
+    are per thread on Linux and the threads a driver starts inherit both, so a CPU driver's threads
+    (lavapipe's) yield to the HTTP process while this process's own thread, which takes jobs and
+    submits them, keeps the default priority (measured, 8 clients of 1,024-element requests on 2
+    cores: 1.5x the requests/s of a wholly niced worker). ``inline``: llvmpipe without a compute pool
+    (LP_NUM_THREADS=0, read when its device is made), for one-workgroup dispatches."""
+    made: list[Any] = []
+
+    def build() -> None:
+        os.nice(config.worker_nice)
+        set_thread_cpus(cpus)
+        saved = os.environ.get("LP_NUM_THREADS")
+        if inline:
+            os.environ["LP_NUM_THREADS"] = "0"
+        try:
+            made.append(make(config))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the worker's thread
+            made.append(exc)
+        finally:
+            if inline and saved is None:
+                del os.environ["LP_NUM_THREADS"]
+            elif inline:
+                os.environ["LP_NUM_THREADS"] = saved
+
+    thread = threading.Thread(target=build, name="vkact-engine-init")
+    thread.start()
+    thread.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    made[0].adopt()  # the worker's thread uses it from now on
+    return made[0]
+
+
+def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: frozenset[int] = frozenset()) -> None:
+    """The device worker: ``cpu`` is the HTTP side's choice for the small-request path (see
+    cpu_placement: taken on a CPU device under 'auto'), ``cpus`` all of the service's CPUs."""
+    from .engine import Engine  # kp is imported here, in the worker process only
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = Settings(**settings)
+    cpus = cpus or PROCESS_CPUS
+    set_thread_cpus(cpus)  # a worker restarted by a pinned event loop starts on that loop's CPU only
+    engine = _make_engine(Engine, config, cpus)
+    device = engine.device
+    if cpu is not None and config.pin_cpu == "auto" and not device.is_cpu:
+        cpu = None  # 'auto' pins on a CPU device only (measured there; a GPU's driver threads are its own)
+    if cpu is not None and not set_thread_cpus({cpu}):
+        cpu = None
+    small = None
+    if device.is_cpu and device.driver_name == "llvmpipe":
+        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, inline=True)
+    engines = _Engines(engine, small)
+    variants = engines.load_shaders()
+    fd = conn.fileno()
+    framing.send(fd, "ready", {
+        "device": device.as_dict(),
+        "memory": engine.memory,
+        "max_tensor_bytes": engine.max_tensor_bytes,
+        "max_workgroup_count": engine.max_workgroup_count,
+        "local_size": engine.settings.local_size,
+        "shader_variants": variants,
+        "pid": os.getpid(),
+        "pinned_cpu": cpu,
+        "small_dispatch_engine": small is not None,
+    })
+    mappings: dict[str, Mapping] = {}
+    reader = framing.Reader(fd)
+    while True:
+        try:
+            msg = reader.next()
+        except EOFError:  # the HTTP process is gone
+            break
+        if msg[0] == "stop":
+            break
+        if msg[0] == "go":
+            framing.write(fd, engines.go(mappings, msg[1], msg[2]))
+        elif msg[0] == "template":
+            engines.define(msg[1], msg[2])
+        elif msg[0] == "forget":
+            engines.forget(mappings, msg[1])
+        else:  # "run": a batch
+            framing.send(fd, "done", engines.run_jobs(mappings, msg[1]))
+    engines.close()
