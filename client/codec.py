@@ -167,7 +167,7 @@ def parse_header(raw: memoryview) -> dict:
     """A frame's JSON header (a JSON object), or a CodecError."""
     try:
         value = _loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer past int_max_str_digits
         raise CodecError(f"malformed JSON: {exc}") from None
     except RecursionError:  # json's decoder recurses once per level of nesting
         raise CodecError("malformed JSON: nested too deeply") from None

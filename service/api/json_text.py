@@ -1,10 +1,29 @@
-"""The JSON text of inference answers, written by orjson: for tensors sent as JSON, writing the
-numbers is most of a request's cost (1,024 FLOAT32 values: ~450 us with the json module)."""
+"""JSON text in and out of the service.
+
+Out: the answers of inferences, written by orjson: for tensors sent as JSON, writing the numbers is
+most of a request's cost (1,024 FLOAT32 values: ~450 us with the json module).
+
+In: a request's JSON header, read so that no text can cost more than its size allows or fail as
+anything but a 4xx: its values are counted before parsing (every value becomes a Python object of
+~30-100 bytes, so a 16 MB list of small numbers would make close to a gigabyte), and text that is not
+Unicode (a lone surrogate escape, which the json module lets through) is refused, since no answer
+could quote it back. Large headers are parsed in a thread by the routes (``INLINE_BYTES``).
+"""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
+
+from client.codec import parse_header
+
+from ..errors import InvalidRequest, PayloadTooLarge
+
+INLINE_BYTES = 1 << 18  # JSON text up to this long is parsed on the event loop: a few ms at most
+_SCAN_CHUNK = 1 << 20
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def dumps(value: Any) -> bytes:
@@ -12,3 +31,42 @@ def dumps(value: Any) -> bytes:
     lists, strings, integers and finite floats (tensor data spells non-finite values as strings,
     client.codec.encode_data; orjson would write a NaN float as null)."""
     return orjson.dumps(value)
+
+
+def value_bound(raw: memoryview) -> int:
+    """At least the number of JSON values in ``raw``: every value but the first of a container follows
+    a comma, and every container opens with [ or { (commas in strings only raise the bound). A value
+    takes a byte at least, so text no longer than a limit needs no scan."""
+    count = 1
+    for start in range(0, len(raw), _SCAN_CHUNK):
+        chunk = bytes(raw[start : start + _SCAN_CHUNK])
+        count += chunk.count(b",") + chunk.count(b"[") + chunk.count(b"{")
+    return count
+
+
+def load_header(raw: memoryview, max_values: int) -> dict:
+    """A request's JSON header (an object); 413 past ``max_values`` values, 400 for text that is not
+    JSON, nests too deeply, holds an integer too long to convert or a lone surrogate."""
+    if len(raw) > max_values and value_bound(raw) > max_values:
+        raise PayloadTooLarge(f"the JSON text holds more than {max_values} values (VKACT_MAX_JSON_VALUES); send large tensors as binary data")
+    header = parse_header(raw)  # a CodecError (400) for what is not a JSON object
+    if _SURROGATE_ESCAPE.search(raw) is not None and _has_lone_surrogate(header):
+        raise InvalidRequest("malformed JSON: a \\u escape names a lone surrogate, which is not a Unicode character")
+    return header
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    """Whether any string (key or value) in a parsed JSON value holds a lone surrogate; iterative, so
+    no depth exhausts the stack."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _LONE_SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -1,6 +1,7 @@
 """/v1: execute one operator, the operator catalog, the device report."""
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -18,7 +19,6 @@ from client.codec import (
     encode_data,
     encoding_of,
     frame_parts,
-    parse_header,
 )
 
 from ..config import Settings
@@ -30,7 +30,7 @@ from ..worker import DeviceWorker, pickled
 from .catalog import catalog
 from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, read_body, run_on_device
 from .header_cache import HeaderCache
-from .json_text import dumps
+from .json_text import INLINE_BYTES, dumps, load_header
 from .runtime import device_worker, runtime
 
 router = APIRouter(prefix="/v1", tags=["v1"])
@@ -113,6 +113,10 @@ def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tupl
     return Parsed(req, op, pickled(op), encoding, binary), buffers
 
 
+def parse_body(raw: memoryview, tail: memoryview, max_tensor_bytes: int, max_json_values: int) -> tuple[Parsed, list[np.ndarray]]:
+    return parse_request(load_header(raw, max_json_values), tail, max_tensor_bytes)
+
+
 @router.post("/execute", summary="Run one DirectML activation operator on the device")
 async def execute(request: Request) -> Response:
     # The state is read directly, not through Depends: FastAPI's dependency solving is about a sixth
@@ -131,7 +135,10 @@ async def execute(request: Request) -> Response:
     if parsed is not None:
         buffers = parsed.buffers(tail)
     else:
-        parsed, buffers = parse_request(parse_header(raw), tail, max_tensor_bytes)
+        args = (raw, tail, max_tensor_bytes, state.settings.max_json_values)
+        # A long JSON text (numbers, base64) is parsed and decoded in a thread, so probes and other
+        # requests are answered meanwhile.
+        parsed, buffers = await asyncio.to_thread(parse_body, *args) if len(raw) > INLINE_BYTES else parse_body(*args)
         if parsed.binary is not None:
             cache.put(key, parsed)
     op = parsed.op

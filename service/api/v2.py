@@ -4,7 +4,7 @@ clients talk to vkact as to Triton. Each operator is a model (see v2_models); an
 (v2_codec, v2_encoding), run through the execution path /v1 uses (execution.py) and answered (v2_outputs)."""
 from __future__ import annotations
 
-import json
+import asyncio
 import time
 import uuid
 from contextlib import ExitStack
@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
-from ..errors import InvalidRequest, NotReady
+from ..errors import InvalidRequest, NotReady, VkactError
 from ..operators import OperatorDesc
 from ..shared_memory import SharedMemoryRegistry
 from ..worker import pickled
@@ -26,7 +26,8 @@ from .execution import answered, binary_frame, count_against, read_body, run_on_
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .runtime import device_worker, runtime
-from .v2_codec import InferenceRequest, build_operator, decode_inputs, padded, parse_frame
+from .json_text import INLINE_BYTES, load_header
+from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_length, padded, parse_frame, uses_shared_memory
 from .v2_encoding import choose_encoding, compress, decode_body
 from .v2_models import MODELS, config, find_model, metadata
 from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
@@ -35,6 +36,7 @@ router = APIRouter(prefix="/v2", tags=["v2"])
 
 #: What GET /v2 advertises: only what is implemented. model_repository is the index (load is a no-op,
 #: unload is refused: the models are built in); model_configuration is GET .../config.
+CONTROL_BODY_BYTES = 1 << 16  # the bodies of the repository's control requests are a few bytes
 EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration"]
 
 
@@ -125,12 +127,15 @@ async def model_version_config(model: str, version: str) -> dict[str, Any]:
 
 @router.post("/repository/index", summary="The models, with their state")
 async def repository_index(request: Request) -> list[dict[str, Any]]:
-    body = await request.body()  # tritonclient sends an empty one; Triton also takes {"ready": true}
+    # tritonclient sends an empty body; Triton also takes {"ready": true}
+    body = await read_body(request, CONTROL_BODY_BYTES)
     options: Any = {}
-    if body.strip():
+    if bytes(body).strip():
         try:
-            options = json.loads(body)
-        except ValueError:
+            options = load_header(body, CONTROL_BODY_BYTES)
+        except VkactError:
+            raise
+        except ValueError:  # CodecError: not JSON, nested too deeply, not an object
             options = None
         if not isinstance(options, dict):
             raise InvalidRequest("the body must be empty or a JSON object such as {\"ready\": true}")
@@ -207,6 +212,12 @@ class _Parsed:
         return [padded(tail[o : o + n], desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
 
 
+def _parse(body: memoryview, header_length: str | None, model: type[OperatorDesc], max_tensor_bytes: int,
+           max_json_values: int) -> tuple[InferenceRequest, memoryview, OperatorDesc]:
+    req, tail = parse_frame(body, header_length, model, max_json_values)
+    return req, tail, build_operator(model, req, max_tensor_bytes)
+
+
 async def _infer(request: Request, model: str, version: str | None) -> Response:
     started = time.perf_counter()
     model_class = find_model(model, version)
@@ -226,18 +237,22 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         raw, tail = frame_parts(body, header_length)
         key = cache.key(raw, model_class, len(tail), max_tensor_bytes)
         parsed = cache.get(key)
+    large = json_length(body, header_length) > INLINE_BYTES  # parsed and decoded in a thread: the loop stays free
     if parsed is not None:
         req, op = parsed.req, parsed.op
     else:
-        req, tail = parse_frame(body, header_length, model_class)
-        op = build_operator(model_class, req, max_tensor_bytes)
+        args = (body, header_length, model_class, max_tensor_bytes, state.settings.max_json_values)
+        req, tail, op = await asyncio.to_thread(_parse, *args) if large else _parse(*args)
     request_id = req.id if req.id is not None else getattr(request.state, "client_request_id", None)
 
     with _Regions(state.shared_memory) as region:
         if parsed is not None:
             buffers, plans = parsed.buffers(tail), parsed.plans
         else:
-            buffers = decode_inputs(op, req, tail, region)
+            if large and not uses_shared_memory(req):  # regions are mapped on the loop only
+                buffers = await asyncio.to_thread(decode_inputs, op, req, tail, region)
+            else:
+                buffers = decode_inputs(op, req, tail, region)
             plans = plan_outputs(op, req, region)
             if key is not None and (parsed := _Parsed.of(req, op, plans)) is not None:
                 cache.put(key, parsed)

@@ -13,10 +13,11 @@ from typing import Annotated, Any, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from client.codec import HEADER_LENGTH, split_frame
+from client.codec import HEADER_LENGTH, frame_parts
 
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, descriptor_error, parse_operator
+from .json_text import load_header
 from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
 
 RESERVED = {"sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
@@ -61,14 +62,25 @@ def _path(loc: tuple) -> str:
     return out
 
 
-def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDesc]) -> tuple[InferenceRequest, memoryview]:
+def json_length(body: memoryview, header_length: str | None) -> int:
+    """How much of ``body`` is JSON text (what parse_frame will parse), as the headers say."""
+    if header_length is None:
+        return len(body)
+    return min(int(header_length), len(body)) if header_length.isdigit() else 0
+
+
+def uses_shared_memory(req: InferenceRequest) -> bool:
+    return any("shared_memory_region" in (t.parameters or {}) for t in req.inputs)
+
+
+def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDesc], max_json_values: int) -> tuple[InferenceRequest, memoryview]:
     """The envelope and the bytes after it. An Inference-Header-Content-Length of 0 is Triton's raw binary
     request: no JSON at all, the body is the one input's bytes; vkact reads them as a 1-D tensor of the
     model's first data type (FP32) with default parameters, and answers with binary outputs."""
     try:
         raw_binary = header_length is not None and int(header_length) == 0
     except ValueError:
-        raw_binary = False  # split_frame names the bad header
+        raw_binary = False  # frame_parts names the bad header
     if raw_binary:
         if len(op.input_fields) != 1:
             raise InvalidRequest(f"a raw binary request needs a model with one input; this one has {len(op.input_fields)}", HEADER_LENGTH)
@@ -78,7 +90,8 @@ def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDe
             raise InvalidRequest(f"a raw binary request's body holds {datatype} elements of {size} bytes; it is {len(body)} bytes", HEADER_LENGTH)
         raw = RequestInput(name=op.input_fields[0], shape=[len(body) // size], datatype=datatype, parameters={"binary_data_size": len(body)})
         return InferenceRequest(inputs=[raw], parameters={"binary_data_output": True}), body
-    header, tail = split_frame(body, header_length)
+    raw, tail = frame_parts(body, header_length)
+    header = load_header(raw, max_json_values)
     try:
         return InferenceRequest.model_validate(header), tail
     except ValidationError as exc:
