@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import zlib
 
+import numpy as np
+
 from ..errors import InvalidRequest, PayloadTooLarge
 
 LARGE = 1 << 20
@@ -17,38 +19,69 @@ class UnsupportedEncoding(InvalidRequest):
     headers = {"Accept-Encoding": "gzip, deflate"}  # RFC 7694: what the server does accept
 
 
-def _inflate(data: memoryview, wbits: int, limit: int) -> bytes:
-    d = zlib.decompressobj(wbits)
-    out = d.decompress(data, limit + 1)
-    if len(out) > limit:
-        raise PayloadTooLarge(f"the decompressed body exceeds {limit} bytes", "Content-Encoding")
-    if not d.eof or d.unused_data:
-        raise InvalidRequest("the compressed body is truncated or followed by other bytes", "Content-Encoding")
-    return out
+class _Inflater:
+    """One compressed body undone in steps of at most ``STEP`` output bytes into a buffer that grows as
+    they come (np.empty: pages are mapped as they are written): past ``limit`` bytes it stops, 413,
+    without making the rest; the peak is the output so far and one step."""
 
+    STEP = 1 << 20
 
-def _decompress(data: memoryview, coding: str, limit: int) -> bytes:
-    try:
-        if coding == "gzip":
-            return _inflate(data, 31, limit)
+    def __init__(self, data: memoryview, coding: str, limit: int) -> None:
+        self.data, self.coding, self.limit = data, coding, limit
+        # 'deflate' is a zlib stream (RFC 9110), as tritonclient sends it; some clients send a bare one
+        self.wbits = 31 if coding == "gzip" else (15 if data[:1] and data[0] & 0x0F == 8 and int.from_bytes(data[:2], "big") % 31 == 0 else -15)
+        self.stream = zlib.decompressobj(self.wbits)
+        self.pending: memoryview | bytes = data
+        # gzip's trailer gives the size (mod 2**32): taken as a first guess, it saves the copies of growing
+        size_hint = int.from_bytes(data[-4:], "little") if coding == "gzip" and len(data) >= 18 else 0
+        self.out = np.empty(min(size_hint, limit), np.uint8)
+        self.filled = 0
+
+    def step(self) -> bool:
+        """Inflate up to STEP bytes more; True once the stream has ended."""
         try:
-            return _inflate(data, 15, limit)  # 'deflate' is a zlib stream (RFC 9110), as tritonclient sends
-        except zlib.error:
-            return _inflate(data, -15, limit)  # ... but some clients send a bare deflate stream
-    except zlib.error as exc:
-        raise InvalidRequest(f"the body is not valid {coding} data: {exc}", "Content-Encoding") from None
+            chunk = self.stream.decompress(self.pending, self.STEP)
+        except zlib.error as exc:
+            raise InvalidRequest(f"the body is not valid {self.coding} data: {exc}", "Content-Encoding") from None
+        self.pending = self.stream.unconsumed_tail
+        end = self.filled + len(chunk)
+        if end > self.limit:
+            raise PayloadTooLarge(f"the decompressed body exceeds {self.limit} bytes", "Content-Encoding")
+        if end > self.out.nbytes:
+            grown = np.empty(min(self.limit, max(end, 2 * self.out.nbytes)), np.uint8)
+            grown[: self.filled] = self.out[: self.filled]
+            self.out = grown
+        self.out[self.filled : end] = np.frombuffer(chunk, np.uint8)
+        self.filled = end
+        if self.stream.eof:
+            if self.stream.unused_data:
+                raise InvalidRequest("the compressed body is followed by other bytes", "Content-Encoding")
+            return True
+        if not self.pending and not chunk:
+            raise InvalidRequest("the compressed body is truncated", "Content-Encoding")
+        return False
+
+    def rest(self) -> None:
+        while not self.step():
+            pass
+
+    def result(self) -> memoryview:
+        return memoryview(self.out[: self.filled])
 
 
 async def decode_body(body: memoryview, content_encoding: str | None, limit: int) -> memoryview:
-    """The body with its Content-Encoding (gzip, deflate, identity) undone, at most ``limit`` bytes."""
+    """The body with its Content-Encoding (gzip, deflate, identity) undone, at most ``limit`` bytes.
+    The first step runs on the event loop (a small body ends there); the rest in a thread (zlib
+    releases the GIL), so a body that inflates to hundreds of megabytes never holds the loop."""
     coding = (content_encoding or "identity").strip().lower()
     if coding in ("identity", ""):
         return body
     if coding not in ("gzip", "deflate"):
         raise UnsupportedEncoding(f"Content-Encoding {content_encoding!r} is not supported; use gzip or deflate", "Content-Encoding")
-    if len(body) > LARGE:
-        return memoryview(await asyncio.to_thread(_decompress, body, coding, limit))
-    return memoryview(_decompress(body, coding, limit))
+    inflater = _Inflater(body, coding, limit)
+    if not inflater.step():
+        await asyncio.to_thread(inflater.rest)
+    return inflater.result()
 
 
 # -- responses ---------------------------------------------------------------------------------------
