@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers,
         loop="uvloop",
-        http="httptools",
+        http="service.http_guard:GuardedHttpToolsProtocol",  # httptools, with read timeouts and a connection bound
         log_level=args.log_level,
         access_log=False,
     )

@@ -1,0 +1,130 @@
+"""uvicorn's httptools protocol with the guards it lacks: a deadline for a request's headers, an idle
+limit while its body is read, and a bound on open connections.
+
+Without them a client holds a connection for ever by sending half a request (slowloris), and enough
+such clients exhaust the process's file descriptors; uvicorn's own limit_concurrency answers in plain
+text and counts the tasks of requests too. Each connection is one protocol object, so the guards are
+timers on it (one per connection, re-armed only when it fires: a body chunk costs no timer call).
+
+- headers: from a connection's opening, and from the first byte of each later request on it, the
+  headers must be complete within ``header_timeout_s``; else 408 and the connection is closed;
+- body: while the service waits for a request's body, ``body_timeout_s`` without a byte closes the
+  connection (the route sees the client gone); a body the route has not asked for yet (reading
+  paused) is not the client's delay and is not timed;
+- connections: a request on a connection beyond ``max_connections`` open ones gets 503 with
+  Retry-After and the connection is closed, except liveness probes, which must stay answerable.
+
+Selected by ``python -m service`` (uvicorn's ``http=`` option); the settings are read once per process.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .api.json_text import dumps
+from .config import Settings
+
+PROBES = (b"/health/live", b"/v2/health/live")
+
+
+@functools.cache
+def _settings() -> Settings:
+    return Settings()
+
+
+def _answer(status: bytes, message: str) -> bytes:
+    """A whole response, written to the transport directly (no request cycle exists for it)."""
+    body = dumps({"error": message, "field": None})
+    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\nconnection: close\r\n"
+            + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+async def _busy(scope, receive, send) -> None:  # an ASGI app: the answer past the connection bound
+    limit = _settings().max_connections
+    body = dumps({"error": f"this server holds {limit} connections (VKACT_MAX_CONNECTIONS); retry later", "field": None})
+    await send({"type": "http.response.start", "status": 503, "headers": [
+        (b"content-type", b"application/json"), (b"retry-after", b"1"), (b"connection", b"close"),
+        (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        settings = _settings()
+        self.header_timeout = settings.header_timeout_s
+        self.body_timeout = settings.body_timeout_s
+        self.max_connections = settings.max_connections
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting_for = ""          # "headers", "body" or "" (nothing is timed)
+        self._since = 0.0               # when the awaited part began, or the last body byte came
+
+    # -- the timer ---------------------------------------------------------------------------------
+
+    def _expect(self, what: str, timeout: float) -> None:
+        self._waiting_for, self._since = what, self.loop.time()
+        if self._timer is not None and self._timer.when() > self._since + timeout:  # due too late for this part
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._since + timeout, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        if self.transport is None or self.transport.is_closing() or not self._waiting_for:
+            return
+        timeout = self.header_timeout if self._waiting_for == "headers" else self.body_timeout
+        if self._waiting_for == "body" and self.flow.read_paused:
+            self._since = self.loop.time()  # the route is not reading: not the client's delay
+        due = self._since + timeout
+        if self.loop.time() < due:
+            self._timer = self.loop.call_at(due, self._check)
+            return
+        if self._waiting_for == "headers":
+            self.logger.info("closing a connection whose request headers took more than %s s", timeout)
+            if self.cycle is None or self.cycle.response_complete:  # not inside an answer being sent
+                self.transport.write(_answer(b"408 Request Timeout", f"the request's headers did not arrive within {timeout} s"))
+        else:
+            self.logger.info("closing a connection whose request body paused for more than %s s", timeout)
+        self._waiting_for = ""
+        self.transport.close()
+
+    # -- uvicorn's callbacks -------------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._expect("headers", self.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._waiting_for = ""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._waiting_for != "headers":  # a later request on a kept-alive connection: its first byte
+            self._expect("headers", self.header_timeout)
+
+    def on_headers_complete(self) -> None:
+        self._expect("body", self.body_timeout)
+        if len(self.connections) > self.max_connections and self.url.split(b"?")[0] not in PROBES:
+            self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
+            app, self.app = self.app, _busy
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
+        else:
+            super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._since = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._waiting_for = ""
+        super().on_message_complete()

@@ -1,0 +1,114 @@
+"""Connections that hold the service without finishing a request (slowloris), and more connections
+than it takes: raw sockets on loopback against a real server."""
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+from tests.service.conftest import Server, start_server, stop_server
+
+WAIT_S = 60  # the test's own bound on waiting for the server to drop a connection: far past its timeouts
+
+
+def connect(server: Server) -> socket.socket:
+    address = urlparse(server.url)
+    return socket.create_connection((address.hostname, address.port), timeout=10)
+
+
+def read_until_closed(socks: list[socket.socket], seconds: float) -> dict[socket.socket, bytes]:
+    """Everything each socket receives until the server closes it; the sockets still open after
+    ``seconds`` are missing from the result."""
+    received = {s: b"" for s in socks}
+    open_ = set(socks)
+    deadline = time.monotonic() + seconds
+    while open_ and time.monotonic() < deadline:
+        readable, _, _ = select.select(list(open_), [], [], 0.5)
+        for s in readable:
+            try:
+                data = s.recv(65536)
+            except ConnectionResetError:
+                data = b""
+            if data:
+                received[s] += data
+            else:
+                open_.discard(s)
+    return {s: data for s, data in received.items() if s not in open_}
+
+
+def request(server: Server, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One raw HTTP/1.1 request on a new connection: status, headers and body of the answer."""
+    with connect(server) as s:
+        s.sendall(raw)
+        data = read_until_closed([s], WAIT_S).get(s, b"")
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Server:
+    server = start_server(header_timeout_s=1, body_timeout_s=1)
+    yield server
+    stop_server(server)
+
+
+def test_200_half_sent_requests_are_dropped_after_the_read_timeouts(guarded):
+    socks = [connect(guarded) for _ in range(200)]
+    half_headers, silent, half_body = socks[:100], socks[100:150], socks[150:]
+    for s in half_headers:
+        s.sendall(b"POST /v1/execute HTTP/1.1\r\nHost: vkact\r\nContent-Le")
+    for s in half_body:
+        s.sendall(b"POST /v2/models/relu/infer HTTP/1.1\r\nHost: vkact\r\nContent-Length: 1000\r\n\r\n{\"inputs\": [")
+    with httpx.Client(base_url=guarded.url, timeout=5) as probe:  # a liveness probe's budget
+        assert probe.get("/health/live").status_code == 200  # answered while the 200 are held
+        closed = read_until_closed(socks, WAIT_S)
+        assert len(closed) == 200, f"{200 - len(closed)} of 200 half-sent requests still held after {WAIT_S} s"
+        for s in half_headers + silent:
+            assert closed[s].startswith(b"HTTP/1.1 408 "), closed[s][:80]
+            assert json.loads(closed[s].partition(b"\r\n\r\n")[2])["error"]
+        assert probe.get("/health/live").status_code == 200
+        assert probe.post("/v2/models/relu/infer", json={"inputs": [{"name": "InputTensor", "shape": [2], "datatype": "FP32", "data": [-1, 2]}]}).json()["outputs"][0]["data"] == [0, 2]
+    for s in socks:
+        s.close()
+
+
+def test_a_request_sent_in_slow_steady_pieces_is_answered(guarded):
+    """The body timeout is a pause between bytes, not a deadline for the whole body."""
+    body = json.dumps({"inputs": [{"name": "InputTensor", "shape": [3], "datatype": "FP32", "data": [-1.5, 0, 2.5]}]}).encode()
+    with connect(guarded) as s:
+        s.sendall(b"POST /v2/models/relu/infer HTTP/1.1\r\nHost: vkact\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for i in range(0, len(body), 8):  # 3 s in all, in pieces 0.2 s apart: each pause well within 1 s
+            s.sendall(body[i : i + 8])
+            time.sleep(0.2)
+        answer = read_until_closed([s], WAIT_S)[s]
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["outputs"][0]["data"] == [0, 0, 2.5]
+
+
+def test_connections_beyond_the_bound_get_503_and_probes_still_answer():
+    server = start_server(max_connections=8, header_timeout_s=120)
+    try:
+        idle = [connect(server) for _ in range(8)]
+        get = b"GET /v2 HTTP/1.1\r\nHost: vkact\r\nConnection: close\r\n\r\n"
+        status, headers, body = request(server, get)
+        assert status == 503 and headers["retry-after"] == "1", (status, headers)
+        assert "VKACT_MAX_CONNECTIONS" in json.loads(body)["error"]
+        status, _, body = request(server, b"GET /health/live HTTP/1.1\r\nHost: vkact\r\nConnection: close\r\n\r\n")
+        assert status == 200 and json.loads(body) == {"live": True}
+        for s in idle:
+            s.close()
+        for _ in range(100):  # until the server has seen them go
+            status, _, body = request(server, get)
+            if status == 200:
+                break
+            time.sleep(0.1)
+        assert status == 200 and json.loads(body)["name"] == "vkact"
+    finally:
+        stop_server(server)
