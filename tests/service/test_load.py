@@ -20,6 +20,9 @@ from tests.service.conftest import start_server, stop_server
 from tests.service.helpers import binary_request, decode_response, request_body
 
 
+PROBE_TIMEOUT_S = 3  # a Kubernetes liveness probe's timeoutSeconds is 1 by default; 3 leaves room for a busy CI
+
+
 def one_request(client: httpx.Client, i: int) -> None:
     rng = np.random.default_rng(i)
     kind, params = CASES[i % len(CASES)]
@@ -58,8 +61,13 @@ def test_concurrent_requests_of_one_descriptor_each_get_their_own_answer(server,
 
 
 def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
-    """The big request comes from another process (curl): in this one, httpx would hold the GIL
-    while it sends and parses 64 MiB, and the probe would measure the test rather than the server."""
+    """Probes keep being answered while one large request is read, computed and answered: each within a
+    liveness probe's budget (a timeout, not a latency bound: a busy CI machine must not fail this), and
+    several of them while the request is in flight, which a loop held by the request could not do. The
+    latency itself is a figure of the benchmark (bench/service.py, liveness under load).
+
+    The big request comes from another process (curl): in this one, httpx would hold the GIL while it
+    sends and parses 64 MiB, and the probe would measure the test rather than the server."""
     n = 16 << 20  # 64 MiB of float32
     x = np.random.default_rng(3).standard_normal(n, dtype=np.float32)
     operator = request_body("CELU", x)
@@ -68,14 +76,12 @@ def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
     curl = ["curl", "-sS", "-o", str(tmp_path / "reply"), "-D", str(tmp_path / "headers"), "--data-binary", f"@{tmp_path / 'body'}"]
     for key, value in headers.items():
         curl += ["-H", f"{key}: {value}"]
-    worst, probes = 0.0, 0
-    with server.client() as probe:
+    probes = 0
+    with httpx.Client(base_url=server.url, timeout=PROBE_TIMEOUT_S) as probe:
         probe.get("/health/live")
         big = subprocess.Popen([*curl, f"{server.url}/v1/execute"])
         while big.poll() is None:
-            t = time.perf_counter()
-            assert probe.get("/health/live").status_code == 200
-            worst = max(worst, time.perf_counter() - t)
+            assert probe.get("/health/live").status_code == 200  # httpx raises past the probe's budget
             probes += 1
             time.sleep(0.005)
     assert big.returncode == 0
@@ -83,8 +89,7 @@ def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
     length = int(next(line.split(":")[1] for line in (tmp_path / "headers").read_text().splitlines() if line.lower().startswith(HEADER_LENGTH.lower())))
     y = np.frombuffer(reply[length:], np.float32)
     assert_matches(y[:: 1 << 10], parse_operator(operator).reference(x[:: 1 << 10]), 4)
-    assert probes >= 3, "the large request finished too fast to probe liveness during it"
-    assert worst < 0.050, f"/health/live took {worst * 1000:.1f} ms during a 64 MiB request"
+    assert probes >= 3, f"only {probes} probes answered while the large request was in flight"
 
 
 def test_full_queue_answers_503_with_retry_after():
