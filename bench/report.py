@@ -267,6 +267,17 @@ def service_section(device_name: str, header: list[tuple[str, str]], r: ServiceR
             f"**{ratio}**" if key == "vkact binary" else ratio,
         ]))
 
+    if r.liveness:
+        lines += ["", "### Liveness under load: `GET /health/live`, one probe at a time", "",
+                  "While idle, while one 64 MiB request is read, computed and answered, and while gzip bombs "
+                  "and JSON texts of millions of values arrive eight at a time (bench/liveness.py); a Kubernetes "
+                  "probe's default timeout is 1 s.", ""]
+        head = ["condition", "probes", "p50 ms", "p99 ms", "max ms"]
+        lines += [_row(head), _row(["---"] * len(head))]
+        for condition, samples in r.liveness.items():
+            lines.append(_row([condition, str(len(samples.seconds)), _ms(samples.median), _ms(samples.percentile(99)),
+                               _ms(max(samples.seconds))]))
+
     throughput, latency = r.vs_echo("vkact binary"), r.small_ratio
     lines += ["", "**Targets:**", "",
               f"- 16 MiB binary requests at ≥ {TARGET_THROUGHPUT:.2f} of the bare echo's throughput: "

@@ -19,7 +19,9 @@ Measurements:
 - requests per second: 8 client *processes* (8 threads of one process would be bound by its GIL and
   measure the client), each with its own connection, started together behind a barrier;
 - throughput: 16 MiB of FLOAT32 (2^22 elements) in and out; the echo and vkact's binary frames are
-  timed alternately, the other encodings and the client in blocks.
+  timed alternately, the other encodings and the client in blocks;
+- liveness under load: ``GET /health/live`` while idle, during a 64 MiB request and during gzip bombs
+  (``bench.liveness``).
 
 Servers, clients and vkact's device worker share this machine's CPUs; on a small machine they compete
 for them, and the numbers say as much about that as about the service.
@@ -50,6 +52,7 @@ import numpy as np
 from client import Client
 from client.codec import HEADER_LENGTH
 
+from . import liveness
 from .timing import Samples, blocks, rounds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -402,6 +405,7 @@ class ServiceResult:
     versions: dict[str, str]
     load: tuple[float, float]                # 1-minute load average at the start and at the end
     seconds: float
+    liveness: dict[str, Samples] = field(default_factory=dict)  # /health/live latency by condition (bench.liveness)
 
     @property
     def small_ratio(self) -> float:
@@ -500,6 +504,7 @@ def run(log: Callable[[str], None] = print) -> ServiceResult:
         for enc in ("base64", "json"):
             p = large[enc]
             others |= blocks([(f"vkact {enc}", lambda p=p: post(vk_http, p))], 0, LARGE_REPEAT[enc])
+        live = liveness.run(vkact.url, device["limits"]["max_body_bytes"], log)
     ratio = statistics.median(e / v for e, v in zip(paired["echo"].seconds, paired["vkact binary"].seconds))
     return ServiceResult(device, small_bytes, latency, cpu, rates, sizes, 2 * large_x.nbytes, paired | others, ratio,
-                         _versions(), (load, os.getloadavg()[0]), time.perf_counter() - started)
+                         _versions(), (load, os.getloadavg()[0]), time.perf_counter() - started, live)
