@@ -42,6 +42,9 @@ class _Inflater:
         try:
             chunk = self.stream.decompress(self.pending, self.STEP)
         except zlib.error as exc:
+            if self.wbits == 15 and self.filled == 0:  # a bare deflate stream that looked like a zlib header
+                self.wbits, self.stream, self.pending = -15, zlib.decompressobj(-15), self.data
+                return self.step()
             raise InvalidRequest(f"the body is not valid {self.coding} data: {exc}", "Content-Encoding") from None
         self.pending = self.stream.unconsumed_tail
         end = self.filled + len(chunk)
