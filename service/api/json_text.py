@@ -55,6 +55,12 @@ def load_header(raw: memoryview, max_values: int) -> dict:
     return header
 
 
+def check_answer_values(count: int, max_values: int, field: str, instead: str) -> None:
+    """An answer of ``count`` values as JSON is bounded as a request's text is (it makes as many objects)."""
+    if count > max_values:
+        raise PayloadTooLarge(f"the answer would hold {count} values as JSON, more than {max_values} (VKACT_MAX_JSON_VALUES); {instead}", field)
+
+
 def _has_lone_surrogate(value: Any) -> bool:
     """Whether any string (key or value) in a parsed JSON value holds a lone surrogate; iterative, so
     no depth exhausts the stack."""

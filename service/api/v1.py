@@ -30,7 +30,7 @@ from ..worker import DeviceWorker, pickled
 from .catalog import catalog
 from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, read_body, run_on_device
 from .header_cache import HeaderCache
-from .json_text import INLINE_BYTES, dumps, load_header
+from .json_text import INLINE_BYTES, check_answer_values, dumps, load_header
 from .runtime import device_worker, runtime
 
 router = APIRouter(prefix="/v1", tags=["v1"])
@@ -114,7 +114,11 @@ def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tupl
 
 
 def parse_body(raw: memoryview, tail: memoryview, max_tensor_bytes: int, max_json_values: int) -> tuple[Parsed, list[np.ndarray]]:
-    return parse_request(load_header(raw, max_json_values), tail, max_tensor_bytes)
+    parsed, buffers = parse_request(load_header(raw, max_json_values), tail, max_tensor_bytes)
+    if parsed.encoding is Encoding.JSON:
+        check_answer_values(parsed.op.output.total_bytes // parsed.op.data_type.info.size, max_json_values,
+                            "ResponseEncoding", "ask for binary or base64")
+    return parsed, buffers
 
 
 @router.post("/execute", summary="Run one DirectML activation operator on the device")
@@ -155,12 +159,19 @@ async def execute(request: Request) -> Response:
                 parsed.frame_headers = frame_headers(len(parsed.head), len(parsed.head) + out.nbytes)
             response: Response = FrameResponse(await binary_frame(parsed.head, [out]), parsed.frame_headers)
         else:
-            response = Response(dumps(_head(op, encode_data(out, op.data_type.info.numpy, op.output.span_bytes(), parsed.encoding))), media_type="application/json")
+            # a large answer is written in a thread (its values as Python objects, or base64): the loop stays free
+            args = (op, out, parsed.encoding)
+            response = Response(await asyncio.to_thread(_text, *args) if out.nbytes > INLINE_BYTES else _text(*args), media_type="application/json")
     finally:
         del out
         result.release()
 
     return answered(response, request, op, started, result, sum(b.nbytes for b in buffers), op.output.total_bytes)
+
+
+def _text(op: OperatorDesc, out: np.ndarray, encoding: Encoding) -> bytes:
+    """The JSON answer with the output as JSON numbers or base64."""
+    return dumps(_head(op, encode_data(out, op.data_type.info.numpy, op.output.span_bytes(), encoding)))
 
 
 def _head(op: OperatorDesc, output: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from .execution import answered, binary_frame, count_against, read_body, run_on_
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .runtime import device_worker, runtime
-from .json_text import INLINE_BYTES, load_header
+from .json_text import INLINE_BYTES, check_answer_values, load_header
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_length, padded, parse_frame, uses_shared_memory
 from .v2_encoding import choose_encoding, compress, decode_body
 from .v2_models import MODELS, config, find_model, metadata
@@ -254,6 +254,9 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
             else:
                 buffers = decode_inputs(op, req, tail, region)
             plans = plan_outputs(op, req, region)
+            if any(not plan.binary and plan.region is None for plan in plans):
+                check_answer_values(output_bytes(op) // op.output.DataType.info.size, state.settings.max_json_values,
+                                    "outputs", "ask for binary_data_output")
             if key is not None and (parsed := _Parsed.of(req, op, plans)) is not None:
                 cache.put(key, parsed)
         bytes_in = sum(b.nbytes for b in buffers)

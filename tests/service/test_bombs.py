@@ -85,6 +85,25 @@ def test_json_of_millions_of_values_is_refused_before_it_is_parsed(bombed):
     assert grown < 300 << 20, f"the HTTP process's peak memory grew by {grown >> 20} MiB"
 
 
+def test_an_answer_of_millions_of_values_as_json_is_refused_before_the_device_runs(bombed):
+    """20 MB of binary FLOAT32 asking for its answer as JSON would make as many Python objects as the
+    request bombs above: 413 naming the way out, and the same tensor with a binary answer is computed."""
+    x = np.linspace(-2, 2, 5_000_004, dtype=np.float32)
+    header = {"Operator": {"Type": "DML_OPERATOR_ACTIVATION_RELU", "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_FLOAT32", "Sizes": [x.size]}},
+              "Inputs": {"InputTensor": {"binary_data_size": x.nbytes}}}
+    v2 = {"inputs": [{"name": "InputTensor", "shape": [x.size], "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}}]}
+    with bombed.client() as http:
+        for path, head, field in (("/v1/execute", {**header, "ResponseEncoding": "json"}, "ResponseEncoding"), ("/v2/models/relu/infer", v2, "outputs")):
+            text = json.dumps(head).encode()
+            response = http.post(path, content=text + x.tobytes(), headers={"Inference-Header-Content-Length": str(len(text))})
+            assert response.status_code == 413 and "VKACT_MAX_JSON_VALUES" in response.json()["error"], response.text[:300]
+            assert field in response.text
+        text = json.dumps(header).encode()
+        response = http.post("/v1/execute", content=text + x.tobytes(), headers={"Inference-Header-Content-Length": str(len(text))})
+        n = int(response.headers["Inference-Header-Content-Length"])
+        np.testing.assert_array_equal(np.frombuffer(response.content[n:], np.float32), np.maximum(x, 0))
+
+
 def test_liveness_answers_while_bombs_are_processed(bombed):
     rounds = 3
     bomber = subprocess.Popen([sys.executable, "-c", f"from tests.service.test_bombs import send_bombs; send_bombs({bombed.url!r}, {rounds})"],
