@@ -7,6 +7,7 @@ the protocol does not use for bad input (422 for a descriptor that breaks Direct
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,8 +29,16 @@ from .runtime import runtime
 log = logging.getLogger("vkact.api")
 
 
+class ErrorResponse(JSONResponse):
+    """An error body with non-ASCII characters escaped: a message that quotes a client's text can always
+    be written, even text that is not Unicode (a lone surrogate has no UTF-8 form)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode()
+
+
 def error_response(status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": message, "field": field}, status_code=status, headers=headers)
+    return ErrorResponse({"error": message, "field": field}, status_code=status, headers=headers)
 
 
 def is_v2(request: Request) -> bool:
@@ -57,7 +66,7 @@ def _answer(request: Request, status: int, message: str, field: str | None = Non
         if field and not message.startswith(field):
             message = f"{field}: {message}"
         _count(request, status)
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
+        return ErrorResponse({"error": message}, status_code=status, headers=headers)
     _count(request, status)
     return error_response(status, message, field, headers)
 

@@ -97,3 +97,12 @@ def test_odd_json_on_v2_is_a_4xx(http, case, where):
 def test_odd_json_on_the_repository_index_is_a_400(http, text):
     assert_4xx(http.post("/v2/repository/index", content=text.encode()), text[:20])
     assert [m["state"] for m in http.post("/v2/repository/index", json={"ready": True}).json()][:1] == ["READY"]
+
+
+def test_an_error_message_quoting_text_that_is_not_unicode_is_still_written():
+    """The second line of defence: should any message quote a lone surrogate, its body is written
+    (escaped), not a failure of the error handler itself."""
+    from service.api.errors import error_response
+
+    body = error_response(400, "no input '\ud800x' (µ)", "Inputs.\ud800x").body
+    assert json.loads(body) == {"error": "no input '\ud800x' (µ)", "field": "Inputs.\ud800x"}
