@@ -7,12 +7,16 @@ In: a request's JSON header, read so that no text can cost more than its size al
 anything but a 4xx: its values are counted before parsing (every value becomes a Python object of
 ~30-100 bytes, so a 16 MB list of small numbers would make close to a gigabyte), and text that is not
 Unicode (a lone surrogate escape, which the json module lets through) is refused, since no answer
-could quote it back. Large headers are parsed in a thread by the routes (``INLINE_BYTES``).
+could quote it back. Texts longer than ``INLINE_BYTES`` are parsed, and answers as long written, in
+threads of their own (``in_json_thread``).
 """
 from __future__ import annotations
 
+import asyncio
 import re
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import orjson
 
@@ -21,6 +25,11 @@ from client.codec import parse_header
 from ..errors import InvalidRequest, PayloadTooLarge
 
 INLINE_BYTES = 1 << 18  # JSON text up to this long is parsed on the event loop: a few ms at most
+# Two threads parse and write large JSON texts: at most two are being made into Python objects (or out
+# of them) at once, and the event loop competes for the GIL with at most two threads in long C calls
+# (orjson, numpy's list conversions), whatever the number of such requests.
+_JSON_THREADS = ThreadPoolExecutor(2, thread_name_prefix="vkact-json")
+T = TypeVar("T")
 _SCAN_CHUNK = 1 << 20
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -31,6 +40,11 @@ def dumps(value: Any) -> bytes:
     lists, strings, integers and finite floats (tensor data spells non-finite values as strings,
     client.codec.encode_data; orjson would write a NaN float as null)."""
     return orjson.dumps(value)
+
+
+async def in_json_thread(work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)`` in one of the threads for JSON text."""
+    return await asyncio.get_running_loop().run_in_executor(_JSON_THREADS, work, *args)
 
 
 def value_bound(raw: memoryview) -> int:

@@ -1,7 +1,6 @@
 """/v1: execute one operator, the operator catalog, the device report."""
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -30,7 +29,7 @@ from ..worker import DeviceWorker, pickled
 from .catalog import catalog
 from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, read_body, run_on_device
 from .header_cache import HeaderCache
-from .json_text import INLINE_BYTES, check_answer_values, dumps, load_header
+from .json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
 from .runtime import device_worker, runtime
 
 router = APIRouter(prefix="/v1", tags=["v1"])
@@ -142,7 +141,7 @@ async def execute(request: Request) -> Response:
         args = (raw, tail, max_tensor_bytes, state.settings.max_json_values)
         # A long JSON text (numbers, base64) is parsed and decoded in a thread, so probes and other
         # requests are answered meanwhile.
-        parsed, buffers = await asyncio.to_thread(parse_body, *args) if len(raw) > INLINE_BYTES else parse_body(*args)
+        parsed, buffers = await in_json_thread(parse_body, *args) if len(raw) > INLINE_BYTES else parse_body(*args)
         if parsed.binary is not None:
             cache.put(key, parsed)
     op = parsed.op
@@ -161,7 +160,7 @@ async def execute(request: Request) -> Response:
         else:
             # a large answer is written in a thread (its values as Python objects, or base64): the loop stays free
             args = (op, out, parsed.encoding)
-            response = Response(await asyncio.to_thread(_text, *args) if out.nbytes > INLINE_BYTES else _text(*args), media_type="application/json")
+            response = Response(await in_json_thread(_text, *args) if out.nbytes > INLINE_BYTES else _text(*args), media_type="application/json")
     finally:
         del out
         result.release()

@@ -4,7 +4,6 @@ clients talk to vkact as to Triton. Each operator is a model (see v2_models); an
 (v2_codec, v2_encoding), run through the execution path /v1 uses (execution.py) and answered (v2_outputs)."""
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from contextlib import ExitStack
@@ -26,7 +25,7 @@ from .execution import answered, binary_frame, count_against, read_body, run_on_
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .runtime import device_worker, runtime
-from .json_text import INLINE_BYTES, check_answer_values, load_header
+from .json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_length, padded, parse_frame, uses_shared_memory
 from .v2_encoding import choose_encoding, compress, decode_body
 from .v2_models import MODELS, config, find_model, metadata
@@ -242,7 +241,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         req, op = parsed.req, parsed.op
     else:
         args = (body, header_length, model_class, max_tensor_bytes, state.settings.max_json_values)
-        req, tail, op = await asyncio.to_thread(_parse, *args) if large else _parse(*args)
+        req, tail, op = await in_json_thread(_parse, *args) if large else _parse(*args)
     request_id = req.id if req.id is not None else getattr(request.state, "client_request_id", None)
 
     with _Regions(state.shared_memory) as region:
@@ -250,7 +249,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
             buffers, plans = parsed.buffers(tail), parsed.plans
         else:
             if large and not uses_shared_memory(req):  # regions are mapped on the loop only
-                buffers = await asyncio.to_thread(decode_inputs, op, req, tail, region)
+                buffers = await in_json_thread(decode_inputs, op, req, tail, region)
             else:
                 buffers = decode_inputs(op, req, tail, region)
             plans = plan_outputs(op, req, region)

@@ -2,7 +2,6 @@
 or written into a shared memory region)."""
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
@@ -16,7 +15,7 @@ from ..errors import InvalidRequest
 from ..operators import OperatorDesc
 from ..worker import Result, copy_into
 from .execution import binary_frame
-from .json_text import INLINE_BYTES, dumps
+from .json_text import INLINE_BYTES, in_json_thread, dumps
 from .metrics import MODEL_VERSION
 from .v2_codec import InferenceRequest
 from .v2_models import DML_TO_V2
@@ -100,14 +99,14 @@ async def encode_response(
             binaries.append(data)
         else:  # non-finite values as "NaN", "Infinity", "-Infinity", as /v1 writes them: plain JSON stays valid
             values = (data, op.output.DataType.info.numpy, nbytes, Encoding.JSON)
-            entry["data"] = await asyncio.to_thread(encode_data, *values) if nbytes > INLINE_BYTES else encode_data(*values)
+            entry["data"] = await in_json_thread(encode_data, *values) if nbytes > INLINE_BYTES else encode_data(*values)
         outputs.append(entry)
     head: dict[str, Any] = {"model_name": model, "model_version": MODEL_VERSION}
     if request_id is not None:
         head["id"] = request_id
     head["outputs"] = outputs
     json_values = any("data" in entry for entry in outputs) and nbytes > INLINE_BYTES
-    head_bytes = await asyncio.to_thread(dumps, head) if json_values else dumps(head)  # large: off the loop
+    head_bytes = await in_json_thread(dumps, head) if json_values else dumps(head)  # large: off the loop
     if not binaries:
         return head_bytes, None
     return await binary_frame(head_bytes, binaries), len(head_bytes)
