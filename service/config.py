@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(60.0, gt=0)
     device_timeout_s: float = Field(120.0, gt=0, description="a job on the device longer than this means a hung device: the worker is killed and restarted")
 
+    # Limits (see README, "Limits and failure behaviour")
+    max_shm_regions: int = Field(1024, ge=1, description="system shared memory regions registered at once; one more is a 400")
+
     @model_validator(mode="after")
     def _one_process_per_pinned_cpu(self) -> "Settings":
         if self.workers > 1 and self.pin_cpu not in ("auto", "off"):

@@ -82,8 +82,9 @@ def owner_tag(pid: int) -> str:
 
 
 # vkact-PID-START-N (a tensor slot) and vkact-regions-PID-START.json (a server's shared-memory
-# registrations): the process that made the file, and when it started
-_OWNED_NAME = re.compile(r"vkact-(?:regions-)?(\d+)-(\d+)(?:-\d+|\.json)")
+# registrations, with its .lock and a .new-PID being written): the process that made the file, and
+# when it started
+_OWNED_NAME = re.compile(r"vkact-(?:regions-)?(\d+)-(\d+)(?:-\d+|\.json(?:\.lock|\.new-\d+)?)")
 
 
 def sweep_stale_files(directory: str = SHM_DIR) -> list[str]:

@@ -37,7 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="DirectML's activation operators on any Vulkan device")
     # One registration file per server, shared by its HTTP processes (their parent, with --workers > 1).
     server = os.getppid() if settings.workers > 1 else os.getpid()
-    registry = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{owner_tag(server)}.json"))
+    registry = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{owner_tag(server)}.json"), settings.max_shm_regions)
     runtime = app.runtime = Runtime(settings, Metrics(), registry, HeaderCache(), HeaderCache())
     errors.install(app)
     app.include_router(v1.router)
