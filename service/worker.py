@@ -26,7 +26,7 @@ import numpy as np
 from . import framing
 from .config import Settings
 from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor
-from .errors import DeviceFailure, VkactError
+from .errors import DeviceFailure, VkactError, WorkerLost
 from .framing import Template
 from .operators import OperatorDesc
 from .slots import SlotPool, align, Slot
@@ -426,7 +426,7 @@ class DeviceWorker:
         for job in self._inflight.values():
             job.release()
             if not job.future.done():
-                job.future.set_exception(DeviceFailure(f"the device worker exited (code {code}) while running this request"))
+                job.future.set_exception(WorkerLost(f"the device worker exited (code {code}) while running this request; it is restarting, retry"))
         for _ in range(self._inflight_batches):
             self._window.release()
         self._inflight.clear()
