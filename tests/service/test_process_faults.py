@@ -51,3 +51,58 @@ def test_in_flight_requests_of_a_dying_worker_get_503_with_retry_after():
             assert 'vkact_errors_total{code="500"}' not in client.get("/metrics").text
     finally:
         stop_server(server)
+
+
+def http_child(server) -> int:
+    """The supervised HTTP server: the supervisor's one child."""
+    children = [int(p) for p in os.popen(f"pgrep -P {server.process.pid}").read().split()]
+    assert len(children) == 1, children
+    return children[0]
+
+
+@pytest.mark.timeout(180)
+def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive():
+    """``python -m service`` supervises its HTTP server: SIGKILL it (as SIGBUS or the OOM killer would)
+    and a new one serves, the dead one's slot files are gone, the shared-memory registrations are kept;
+    SIGTERM to the supervisor stops both and removes the registry."""
+    server = start_server(supervised=True)
+    key = f"/vk_test_{os.getpid()}_sup"
+    x = np.linspace(-2, 2, 64, dtype=np.float32)
+    with open(f"/dev/shm{key}", "wb") as f:
+        f.write(x.tobytes() * 2)
+    try:
+        with server.client() as client:
+            assert client.post("/v2/systemsharedmemory/region/kept/register", json={"key": key, "byte_size": 2 * x.nbytes}).status_code == 200
+            one_request(client, 1)
+            first = http_child(server)
+            slots = [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-{first}-")]
+            assert slots
+            os.kill(first, signal.SIGKILL)
+            deadline = time.monotonic() + 90
+            while True:  # until a new HTTP process answers ready
+                assert time.monotonic() < deadline, "the HTTP server was not restarted"
+                try:
+                    if client.get("/health/ready").status_code == 200 and http_child(server) != first:
+                        break
+                except (httpx.TransportError, AssertionError):
+                    pass
+                time.sleep(0.2)
+            assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-{first}-")]
+            assert [r["name"] for r in client.get("/v2/systemsharedmemory/status").json()] == ["kept"]
+            body = {"inputs": [{"name": "InputTensor", "shape": [64], "datatype": "FP32",
+                                "parameters": {"shared_memory_region": "kept", "shared_memory_byte_size": x.nbytes}}],
+                    "outputs": [{"name": "OutputTensor", "parameters": {"shared_memory_region": "kept", "shared_memory_byte_size": x.nbytes,
+                                                                        "shared_memory_offset": x.nbytes}}]}
+            assert client.post("/v2/models/relu/infer", json=body).status_code == 200
+            with open(f"/dev/shm{key}", "rb") as f:
+                np.testing.assert_array_equal(np.frombuffer(f.read(), np.float32)[64:], np.maximum(x, 0))
+            one_request(client, 2)
+        registry = [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-regions-{server.process.pid}-")]
+        assert registry
+        server.process.terminate()
+        assert server.process.wait(30) == 0
+        assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-regions-{server.process.pid}-")]
+    finally:
+        if server.process.poll() is None:
+            stop_server(server)
+        os.unlink(f"/dev/shm{key}")
