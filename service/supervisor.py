@@ -42,6 +42,18 @@ def _remove_registry(tag: str) -> None:
                 pass
 
 
+def _reap() -> None:
+    """Collect exited children other than the server (none runs now): as a container's PID 1 this
+    process inherits the dead server's device worker, which exits when it sees its pipe close."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def supervise(argv: list[str]) -> int:
     """Run ``python -m service --no-supervise ARGV`` until it exits cleanly or we are told to stop;
     returns its last exit status."""
@@ -71,6 +83,7 @@ def supervise(argv: list[str]) -> int:
             log.error("the HTTP server exited with status %s; restarting in %.1f s", code, backoff)
             stop.wait(backoff)
             backoff = min(2 * backoff, MAX_BACKOFF_S)
+            _reap()
     finally:
         _remove_registry(owner_tag(os.getpid()))
     if stop.is_set() and code in (-signal.SIGTERM, -signal.SIGINT):
