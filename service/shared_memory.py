@@ -167,7 +167,10 @@ class SharedMemoryRegistry:
     @contextmanager
     def _changing(self) -> Iterator[dict[str, RegionSpec]]:
         """The registrations to change, under the lock; written (a new file, renamed) when the block ends."""
-        lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # no inode left in /dev/shm
+            raise RegistryWriteFailed(f"the shared memory registry could not be locked ({exc.strerror}): nothing changed") from None
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             specs = dict(self._current())
