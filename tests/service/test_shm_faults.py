@@ -17,6 +17,7 @@ import pytest
 from tests.service.conftest import Server, start_server, stop_server
 from tests.service.test_load import worker_pid
 from tests.service.test_v2_errors import assert_still_serving
+from tests.service.test_v2_shm import held
 
 SHM_LIMIT = "2m"
 
@@ -39,16 +40,6 @@ def fds_of(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def holds(pid: int, path: str) -> bool:
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
-                return True
-        except OSError:
-            pass
-    return False
-
-
 @pytest.mark.timeout(120)
 def test_an_object_shrunk_while_its_request_waits_is_a_400_and_the_server_lives(server: Server):
     """Input and output in one region; the device worker is stopped, so the request waits with its input
@@ -69,7 +60,7 @@ def test_an_object_shrunk_while_its_request_waits_is_a_400_and_the_server_lives(
             thread = threading.Thread(target=lambda: answers.append(client.post("/v2/models/relu/infer", json=infer_body(name, x.nbytes, x.nbytes))))
             thread.start()
             for _ in range(600):  # until the request holds the region open (its input is read next)
-                if holds(server.process.pid, path):
+                if held(server.process.pid, key):
                     break
                 time.sleep(0.01)
             time.sleep(0.2)
