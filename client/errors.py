@@ -11,7 +11,8 @@
         ├── InvalidDescriptor (422)  a descriptor breaks a DirectML rule, or the device cannot run it
         ├── ServiceBusy (503)        transient: the queue is full, or the device worker is (re)starting or
         │                            died under the request; .retry_after says when to try again
-        └── InternalServerError (5xx) the device or a shader failed
+        └── InternalServerError (5xx) the device or a shader failed (507: the server's /dev/shm is full, so a
+                                     shared memory registration was not recorded; nothing changed)
 
 Argument mistakes found before sending (a dtype with no DML_TENSOR_DATA_TYPE, the wrong number of
 arrays) are plain ``TypeError``/``ValueError``, as in numpy: they are bugs, not conditions to handle.
