@@ -99,18 +99,16 @@ class Region:
         """``size`` bytes at ``start`` of the region, zero-padded to ``total`` bytes."""
         buffer = np.empty(total, np.uint8)
         buffer[size:] = 0
-        view = buffer[:size]
         self.check_size(field)
-        got = await _io(os.preadv, self.fd, [view], self.spec.offset + start, size)
-        if got != size:
+        if await _io(os.preadv, self.fd, buffer[:size], self.spec.offset + start) != size:
             raise self._shrunk(field)
         return buffer
 
     async def write(self, start: int, data: np.ndarray, field: str | None) -> None:
-        """``data`` into the region at ``start``; an object shrunk meanwhile is refused, not extended."""
+        """``data`` into the region at ``start``; an object shrunk before is refused (pwrite would extend it)."""
         self.check_size(field)
         try:
-            done = await _io(os.pwritev, self.fd, [data], self.spec.offset + start, data.nbytes)
+            done = await _io(os.pwritev, self.fd, data, self.spec.offset + start)
         except OSError as exc:  # ENOSPC: the client's object was sparse and /dev/shm is full
             raise InvalidRequest(f"cannot write region {self.spec.name!r}: {exc.strerror}", field) from None
         if done != data.nbytes:
@@ -124,10 +122,11 @@ class Region:
         os.close(self.fd)
 
 
-async def _io(call, fd: int, buffers: list, offset: int, nbytes: int) -> int:
-    """pread/pwrite until done or short (a short count means the object ended)."""
-    view = memoryview(buffers[0]).cast("B")
-    done = 0
+async def _io(call, fd: int, buffer: np.ndarray, offset: int) -> int:
+    """preadv/pwritev of ``buffer`` at ``offset`` until done or short (the object ended); the bytes
+    done. Large transfers run in a thread."""
+    view = memoryview(buffer).cast("B")
+    nbytes, done = view.nbytes, 0
     while done < nbytes:
         part = [view[done:]]
         n = await asyncio.to_thread(call, fd, part, offset + done) if nbytes - done > LARGE_IO else call(fd, part, offset + done)

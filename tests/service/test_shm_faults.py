@@ -14,8 +14,11 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.engine.test_operators import max_ulp
+from tests.helpers import assert_matches
 from tests.service.conftest import Server, start_server, stop_server
 from tests.service.test_load import worker_pid
+from tests.service.test_v2 import reference
 from tests.service.test_v2_errors import assert_still_serving
 from tests.service.test_v2_shm import held
 
@@ -151,3 +154,25 @@ def test_registrations_are_bounded():
     finally:
         stop_server(server)
         os.unlink(f"/dev/shm{key}")
+
+
+def test_a_large_region_is_read_and_written_whole(server: Server):
+    """8 MiB in and out of one region: transfers above 1 MiB go through a thread, in one or more
+    preadv/pwritev calls, and every byte arrives."""
+    x = np.random.default_rng(7).standard_normal(1 << 21).astype(np.float32)
+    key = f"/vk_test_{uuid.uuid4().hex[:8]}"
+    path = f"/dev/shm{key}"
+    with open(path, "wb") as f:
+        f.write(x.tobytes() + b"\xff" * x.nbytes)
+    name = f"large{uuid.uuid4().hex[:6]}"
+    try:
+        with server.client() as client:
+            assert register(client, name, key, 2 * x.nbytes).status_code == 200
+            response = client.post("/v2/models/softsign/infer", json=infer_body(name, x.nbytes, x.nbytes))
+            assert response.status_code == 200, response.text
+            with open(path, "rb") as f:
+                y = np.frombuffer(f.read(), np.float32)[1 << 21 :]
+            assert_matches(y, reference("softsign", {"InputTensor": x}), max_ulp("SOFTSIGN", np.float32))
+            client.post(f"/v2/systemsharedmemory/region/{name}/unregister")
+    finally:
+        os.unlink(path)
