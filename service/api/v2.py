@@ -19,14 +19,14 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
 from ..errors import InvalidRequest, NotReady, VkactError
 from ..operators import OperatorDesc
-from ..shared_memory import SharedMemoryRegistry
+from ..shared_memory import Region, SharedMemoryRegistry
 from ..worker import pickled
 from .execution import answered, binary_frame, count_against, read_body, run_on_device
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .runtime import device_worker, runtime
 from .json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
-from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_length, padded, parse_frame, uses_shared_memory
+from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
 from .v2_encoding import choose_encoding, compress, decode_body
 from .v2_models import MODELS, config, find_model, metadata
 from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
@@ -162,23 +162,23 @@ async def unload_model(model: str) -> Response:
 
 
 class _Regions:
-    """The shared memory regions one request uses, each mapped once and let go when the request ends."""
+    """The shared memory regions one request uses, each opened once and closed when the request ends."""
 
     def __init__(self, registry: SharedMemoryRegistry) -> None:
         self._registry = registry
         self._stack = ExitStack()
-        self._arrays: dict[str, np.ndarray] = {}
+        self._opened: dict[str, Region] = {}
 
-    def __call__(self, name: str) -> np.ndarray:
-        if name not in self._arrays:
-            self._arrays[name] = self._stack.enter_context(self._registry.use(name))
-        return self._arrays[name]
+    def __call__(self, name: str) -> Region:
+        if name not in self._opened:
+            self._opened[name] = self._stack.enter_context(self._registry.use(name))
+        return self._opened[name]
 
     def __enter__(self) -> _Regions:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._arrays.clear()  # no view of a mapping may outlive it: a mapping being unregistered closes now
+        self._opened.clear()
         self._stack.close()
 
 
@@ -248,10 +248,9 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         if parsed is not None:
             buffers, plans = parsed.buffers(tail), parsed.plans
         else:
-            if large and not uses_shared_memory(req):  # regions are mapped on the loop only
-                buffers = await in_json_thread(decode_inputs, op, req, tail, region)
-            else:
-                buffers = decode_inputs(op, req, tail, region)
+            # JSON data of a large text is decoded in a JSON thread; regions are read by decode_inputs
+            decoded = await in_json_thread(json_inputs, op, req) if large else None
+            buffers = await decode_inputs(op, req, tail, region, decoded)
             plans = plan_outputs(op, req, region)
             if any(not plan.binary and plan.region is None for plan in plans):
                 check_answer_values(output_bytes(op) // op.output.DataType.info.size, state.settings.max_json_values,

@@ -17,6 +17,7 @@ from client.codec import HEADER_LENGTH, frame_parts
 
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, descriptor_error, parse_operator
+from ..shared_memory import Region
 from .json_text import load_header
 from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
 
@@ -67,10 +68,6 @@ def json_length(body: memoryview, header_length: str | None) -> int:
     if header_length is None:
         return len(body)
     return min(int(header_length), len(body)) if header_length.isdigit() else 0
-
-
-def uses_shared_memory(req: InferenceRequest) -> bool:
-    return any("shared_memory_region" in (t.parameters or {}) for t in req.inputs)
 
 
 def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDesc], max_json_values: int) -> tuple[InferenceRequest, memoryview]:
@@ -232,9 +229,21 @@ def _int_param(params: dict, key: str, field: str, default: int | None = None) -
     return value
 
 
-def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, region: Callable[[str], np.ndarray]) -> list[np.ndarray]:
-    """Each input's buffer, in the descriptor's order. ``region(name)`` maps a registered shared memory
-    region; its bytes are handed to the worker as they are (the worker copies them into its slot)."""
+def json_input(op: OperatorDesc, tensor: RequestInput, i: int) -> np.ndarray:
+    """The buffer of an input sent as JSON data (its name is one of the operator's: build_operator checked)."""
+    desc = getattr(op, tensor.name)
+    return padded(json_tensor(tensor.data, desc.DataType.info.numpy, prod(desc.Sizes), f"inputs[{i}].data"), desc.total_bytes)
+
+
+def json_inputs(op: OperatorDesc, req: InferenceRequest) -> dict[str, np.ndarray]:
+    """The buffers of every input sent as JSON data, by name."""
+    return {tensor.name: json_input(op, tensor, i) for i, tensor in enumerate(req.inputs) if tensor.data is not None}
+
+
+async def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, region: Callable[[str], Region],
+                        decoded: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    """Each input's buffer, in the descriptor's order. ``region(name)`` opens a registered shared memory
+    region; its bytes are read (pread, never mapped: see shared_memory) into the buffer."""
     buffers: dict[str, np.ndarray] = {}
     offset = 0
     for i, tensor in enumerate(req.inputs):
@@ -248,7 +257,7 @@ def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, reg
         if len(sources) != 1:
             raise InvalidRequest(f"input {tensor.name!r} needs exactly one of data, parameters.binary_data_size, parameters.shared_memory_region; it has {len(sources)}", field)
         if sources[0] == "data":
-            buffers[tensor.name] = padded(json_tensor(tensor.data, dtype, count, f"{field}.data"), desc.total_bytes)
+            buffers[tensor.name] = decoded[tensor.name] if decoded is not None else json_input(op, tensor, i)
             continue
         if sources[0] == "binary_data_size":
             size = _int_param(params, "binary_data_size", field)
@@ -269,7 +278,10 @@ def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, reg
             memory = region(name)
             if start + size > memory.nbytes:
                 raise InvalidRequest(f"offset {start} + byte size {size} runs past region {name!r} ({memory.nbytes} bytes)", field)
-            data = memory[start : start + size]
+            if size != nbytes:
+                raise InvalidRequest(f"{size} bytes given for {tensor.name!r}; shape {list(desc.Sizes)} of {tensor.datatype} is {nbytes} bytes", field)
+            buffers[tensor.name] = await memory.read(start, size, desc.total_bytes, f"{field}.parameters.shared_memory_region")
+            continue
         if size != nbytes:
             raise InvalidRequest(f"{size} bytes given for {tensor.name!r}; shape {list(desc.Sizes)} of {tensor.datatype} is {nbytes} bytes", field)
         buffers[tensor.name] = padded(data, desc.total_bytes)
