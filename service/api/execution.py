@@ -19,6 +19,7 @@ from ..worker import LARGE, Result, copy_into
 from .runtime import runtime
 
 
+CONTROL_BODY_BYTES = 1 << 16  # the bodies of control requests (repository, shared memory) are a few bytes
 OPERATOR_KEY = "vkact.operator"  # scope key: the operator (model) a failure from then on counts against
 
 

@@ -21,7 +21,7 @@ from ..errors import InvalidRequest, NotReady, VkactError
 from ..operators import OperatorDesc
 from ..shared_memory import Region, SharedMemoryRegistry
 from ..worker import pickled
-from .execution import answered, binary_frame, count_against, read_body, run_on_device
+from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, run_on_device
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .runtime import device_worker, runtime
@@ -35,7 +35,6 @@ router = APIRouter(prefix="/v2", tags=["v2"])
 
 #: What GET /v2 advertises: only what is implemented. model_repository is the index (load is a no-op,
 #: unload is refused: the models are built in); model_configuration is GET .../config.
-CONTROL_BODY_BYTES = 1 << 16  # the bodies of the repository's control requests are a few bytes
 EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration"]
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import InvalidRequest
 from ..shared_memory import SharedMemoryRegistry
+from .execution import CONTROL_BODY_BYTES, read_body
 from .runtime import runtime
 
 router = APIRouter(prefix="/v2/systemsharedmemory", tags=["v2"])
@@ -43,7 +44,7 @@ async def region_status(request: Request, name: str) -> list[dict]:
 async def register(request: Request, name: str) -> Response:
     # Parsed here rather than as a FastAPI body: clients send it without a JSON Content-Type.
     try:
-        body = RegisterRequest.model_validate_json(await request.body())
+        body = RegisterRequest.model_validate_json(bytes(await read_body(request, CONTROL_BODY_BYTES)))
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         raise InvalidRequest(err["msg"], ".".join(str(p) for p in err["loc"]) or None) from None

@@ -106,3 +106,12 @@ def test_an_error_message_quoting_text_that_is_not_unicode_is_still_written():
 
     body = error_response(400, "no input '\ud800x' (µ)", "Inputs.\ud800x").body
     assert json.loads(body) == {"error": "no input '\ud800x' (µ)", "field": "Inputs.\ud800x"}
+
+
+@pytest.mark.parametrize("path", ["/v2/repository/index", "/v2/systemsharedmemory/region/big/register"])
+def test_a_control_request_with_a_megabyte_body_is_a_413(http, path):
+    """Control bodies are a few bytes; they are read whole before parsing, so they are bounded (64 KiB)."""
+    body = b'{"key": "' + b"k" * (1 << 20) + b'", "byte_size": 1}'
+    response = http.post(path, content=body)
+    assert response.status_code == 413 and response.json()["error"], response.text[:200]
+    assert http.get("/v2/systemsharedmemory/status").status_code == 200
