@@ -84,9 +84,9 @@ def test_a_request_sent_in_slow_steady_pieces_is_answered(guarded):
     body = json.dumps({"inputs": [{"name": "InputTensor", "shape": [3], "datatype": "FP32", "data": [-1.5, 0, 2.5]}]}).encode()
     with connect(guarded) as s:
         s.sendall(b"POST /v2/models/relu/infer HTTP/1.1\r\nHost: vkact\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body))
-        for i in range(0, len(body), 8):  # 3 s in all, in pieces 0.2 s apart: each pause well within 1 s
-            s.sendall(body[i : i + 8])
-            time.sleep(0.2)
+        for i in range(0, len(body), 4):  # ~2.5 s in all, longer than the timeout, in pieces 0.1 s apart
+            s.sendall(body[i : i + 4])
+            time.sleep(0.1)
         answer = read_until_closed([s], WAIT_S)[s]
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["outputs"][0]["data"] == [0, 0, 2.5]
