@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 
-from client.codec import BINARY_CONTENT_TYPE, encode_frame, HEADER_LENGTH
+from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, encode_frame
 
 from .timing import Samples
 
