@@ -20,11 +20,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default=defaults.host, help="address to bind (VKACT_HOST)")
     parser.add_argument("--port", type=int, default=defaults.port, help="port (VKACT_PORT)")
     parser.add_argument("--device", default=defaults.device, help="'auto', an index or part of a name (VKACT_DEVICE)")
+    parser.add_argument("--grpc-port", type=int, default=defaults.grpc_port, help="gRPC port, 0 for none (VKACT_GRPC_PORT)")
     parser.add_argument("--workers", type=int, default=defaults.workers, help="HTTP processes, each with its own device worker (VKACT_WORKERS)")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     # Settings are read from the environment in every HTTP process, so flags travel that way.
     os.environ.update({"VKACT_HOST": args.host, "VKACT_PORT": str(args.port), "VKACT_DEVICE": args.device, "VKACT_WORKERS": str(args.workers)})
+    os.environ["VKACT_GRPC_PORT"] = str(args.grpc_port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     uvicorn.run(
         "service.api:create_app",

@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(256 << 20, ge=1024)
     request_timeout_s: float = Field(60.0, gt=0)
     device_timeout_s: float = Field(120.0, gt=0, description="a job on the device longer than this means a hung device: the worker is killed and restarted")
+    grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC (Open Inference Protocol) port, served by every HTTP process; 0: no gRPC server (an ephemeral port would differ per process)")
 
     @model_validator(mode="after")
     def _one_process_per_pinned_cpu(self) -> "Settings":

@@ -79,8 +79,13 @@ def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDe
         raw = RequestInput(name=op.input_fields[0], shape=[len(body) // size], datatype=datatype, parameters={"binary_data_size": len(body)})
         return InferenceRequest(inputs=[raw], parameters={"binary_data_output": True}), body
     header, tail = split_frame(body, header_length)
+    return envelope(header), tail
+
+
+def envelope(header: Any) -> InferenceRequest:
+    """The inference request's envelope, from /v2's JSON header or the fields of a gRPC ModelInferRequest."""
     try:
-        return InferenceRequest.model_validate(header), tail
+        return InferenceRequest.model_validate(header)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         raise InvalidRequest(err["msg"], _path(err["loc"]) or None) from None
