@@ -174,15 +174,16 @@ def _stop_group(proc: subprocess.Popen, timeout: float = 20) -> None:
 
 @contextmanager
 def mlserver(env: MLServerEnv, workers: int) -> Iterator[svc.Server]:
-    """``mlserver start`` on a temporary model folder, HTTP on a free loopback port (gRPC on another,
-    metrics off), ``workers`` inference processes (0: inference in the server's process), ready when
+    """``mlserver start`` on a temporary model folder, HTTP on a free loopback port (gRPC on another, up
+    to 64 MiB messages; metrics off), ``workers`` inference processes (0: inference in the server's process), ready when
     the model is; stopped on the way out."""
     folder = Path(tempfile.mkdtemp(prefix="vkact-bench-mlserver-"))
     proc = None
     try:
         shutil.copy(Path(__file__).with_name("mlserver_model.py"), folder / "mlserver_model.py")
-        port = svc.free_port()
-        settings = {"host": "127.0.0.1", "http_port": port, "grpc_port": svc.free_port(),
+        port, grpc_port = svc.free_port(), svc.free_port()
+        # gRPC on its own port, its message limit raised from grpcio's 4 MiB default so 16 MiB tensors pass
+        settings = {"host": "127.0.0.1", "http_port": port, "grpc_port": grpc_port, "grpc_max_message_length": 64 << 20,
                     "metrics_endpoint": None, "metrics_port": svc.free_port(), "debug": False,
                     "parallel_workers": workers, "metrics_dir": str(folder / ".metrics")}
         (folder / "settings.json").write_text(json.dumps(settings, indent=2))
@@ -193,7 +194,7 @@ def mlserver(env: MLServerEnv, workers: int) -> Iterator[svc.Server]:
         with log.open("wb") as out:
             proc = subprocess.Popen([str(env.executable), "start", str(folder)], cwd=folder, env=env_vars,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        server = svc.Server("mlserver", f"http://127.0.0.1:{port}", proc, log)
+        server = svc.Server("mlserver", f"http://127.0.0.1:{port}", proc, log, f"127.0.0.1:{grpc_port}")
         try:
             svc._wait_ready(server, f"/v2/models/{MODEL}/ready")
         except RuntimeError as exc:
