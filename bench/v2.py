@@ -298,15 +298,17 @@ class Caller:
             self._http.close()
 
 
-def _load_client(index: int, phases: list[tuple[Target, int]], x: np.ndarray, barrier: Any, results: Any) -> None:
-    """One of the concurrent client processes: per phase, warm up its connection to the phase's target,
-    wait for the others, then send its requests one after the other."""
-    callers: dict[str, Caller] = {}
+def load_client(index: int, make: Callable[[Any, np.ndarray], Any], phases: list[tuple[Any, int]], x: np.ndarray,
+                barrier: Any, results: Any) -> None:
+    """One of the concurrent client processes: per phase, warm up its connection to the phase's target
+    (``make(target, x)``: a Caller of this module or of v2_grpc), wait for the others, then send its
+    requests one after the other."""
+    callers: dict[str, Any] = {}
     try:
         for phase, (target, count) in enumerate(phases):
             warmup = 5  # a connection idle through the other targets' phases
             if target.key not in callers:
-                callers[target.key], warmup = Caller(target, x), WARMUP_REQUESTS
+                callers[target.key], warmup = make(target, x), WARMUP_REQUESTS
             call = callers[target.key]
             for _ in range(warmup):
                 call()
@@ -324,7 +326,7 @@ def concurrent(targets: list[Target], x: np.ndarray) -> dict[str, svc.Rate]:
     turn over CONCURRENT_ROUNDS rounds; requests/s: all of a target's requests over the summed wall
     times of its rounds (first client's start to last client's end), as bench/service.py counts them."""
     phases = [(t, CONCURRENT_EACH) for _ in range(CONCURRENT_ROUNDS) for t in targets]
-    return svc.run_load_clients(_load_client, (phases, x), [t.key for t, _ in phases], "bench-v2-client")
+    return svc.run_load_clients(load_client, (Caller, phases, x), [t.key for t, _ in phases], "bench-v2-client")
 
 
 # -- perf_analyzer ----------------------------------------------------------------------------------

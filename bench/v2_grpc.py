@@ -113,27 +113,6 @@ class Caller:
         self._channel.close()
 
 
-def _load_client(index: int, phases: list[tuple[Target, int]], x: np.ndarray, barrier: Any, results: Any) -> None:
-    """One concurrent client process: per phase, warm up its channel, wait for the others, send its
-    requests one after the other (as bench/v2.py's clients)."""
-    callers: dict[str, Caller] = {}
-    try:
-        for phase, (target, count) in enumerate(phases):
-            warmup = 5
-            if target.key not in callers:
-                callers[target.key], warmup = Caller(target, x), svc.WARMUP_REQUESTS
-            call = callers[target.key]
-            for _ in range(warmup):
-                call()
-            svc.timed_phase(call, count, (index, phase), barrier, results)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which stops the run
-        barrier.abort()
-        results.put((index, -1, 0.0, 0.0, repr(exc)))
-    finally:
-        for call in callers.values():
-            call.close()
-
-
 @dataclass
 class GrpcResult:
     device: dict[str, Any]
@@ -196,7 +175,7 @@ def run(log: Callable[[str], None] = print, rounds: int = CONCURRENT_ROUNDS, eac
                     call.close()
         log(f"grpc: {CLIENTS} concurrent clients, {rounds * CLIENTS * each} requests per target")
         phases = [(t, each) for _ in range(rounds) for t in targets]
-        rates = svc.run_load_clients(_load_client, (phases, small_x), [t.key for t, _ in phases], "bench-grpc-client")
+        rates = svc.run_load_clients(v2.load_client, (Caller, phases, small_x), [t.key for t, _ in phases], "bench-grpc-client")
         log(f"grpc: 16 MiB ({LARGE} elements), {large_repeat} sequential requests per target")
         large_calls = [(t.key, Caller(t, large_x)) for t in targets]
         try:

@@ -287,3 +287,26 @@ def test_grpc_port_zero_serves_no_grpc():
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         stop_server(server)
+
+
+def test_a_taken_grpc_port_stops_the_server_with_a_clear_message(server):
+    from tests.service.conftest import start_server
+
+    with pytest.raises(RuntimeError) as info:
+        start_server(grpc_port=int(server.grpc.rsplit(":", 1)[1]))
+    assert "gRPC cannot listen on 127.0.0.1" in str(info.value)
+
+
+def test_every_http_process_serves_grpc_on_one_port():
+    """VKACT_WORKERS=2: both processes bind the gRPC port (SO_REUSEPORT); connections reach either."""
+    from tests.service.conftest import start_server, stop_server
+
+    server = start_server(workers=2)
+    try:
+        x = np.linspace(-1, 1, 32, dtype=np.float32)
+        for _ in range(8):  # a new channel (connection) each time
+            with tg.InferenceServerClient(server.grpc) as client:
+                np.testing.assert_allclose(client.infer("tanh", grpc_inputs({"InputTensor": x})).as_numpy("OutputTensor"), np.tanh(x), rtol=1e-6, atol=1e-6)
+    finally:
+        stop_server(server)
+    assert b"gRPC cannot listen" not in server.process.stdout.read()
