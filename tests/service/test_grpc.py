@@ -4,6 +4,7 @@ health service. Results are checked against the operators' numpy references, met
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -303,6 +304,14 @@ def test_every_http_process_serves_grpc_on_one_port():
 
     server = start_server(workers=2)
     try:
+        ready_in_a_row = 0  # start_server saw one process ready; the other may still open its device
+        for _ in range(300):
+            with tg.InferenceServerClient(server.grpc) as client:
+                ready_in_a_row = ready_in_a_row + 1 if client.is_server_ready() else 0
+            if ready_in_a_row == 16:
+                break
+            time.sleep(0.1 if ready_in_a_row == 0 else 0)
+        assert ready_in_a_row == 16
         x = np.linspace(-1, 1, 32, dtype=np.float32)
         for _ in range(8):  # a new channel (connection) each time
             with tg.InferenceServerClient(server.grpc) as client:
@@ -310,3 +319,21 @@ def test_every_http_process_serves_grpc_on_one_port():
     finally:
         stop_server(server)
     assert b"gRPC cannot listen" not in server.process.stdout.read()
+
+
+def test_a_repeated_request_takes_new_bytes_and_is_still_checked(gc, stub):
+    """Repeated requests (their decisions kept by the server) answer each one's own tensors; one whose
+    raw entry no longer matches the shape is refused as the first time."""
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        a, b = rng.standard_normal((2, 6, 7)).astype(np.float32)
+        got = gc.infer("parameterized_relu", grpc_inputs({"InputTensor": a, "SlopeTensor": b}), parameters={}).as_numpy("OutputTensor")
+        np.testing.assert_array_equal(got, reference("parameterized_relu", {"InputTensor": a, "SlopeTensor": b}))
+    request = service_pb2.ModelInferRequest(model_name="relu", raw_input_contents=[np.ones(8, np.float32).tobytes()])
+    request.inputs.add(name="InputTensor", datatype="FP32", shape=[8])
+    assert np.frombuffer(stub.ModelInfer(request).raw_output_contents[0], np.float32).tolist() == [1.0] * 8
+    del request.raw_input_contents[:]
+    request.raw_input_contents.append(np.ones(7, np.float32).tobytes())
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "28 bytes given" in info.value.details()
