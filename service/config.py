@@ -42,3 +42,9 @@ class Settings(BaseSettings):
         if self.workers > 1 and self.pin_cpu not in ("auto", "off"):
             raise ValueError(f"pin_cpu {self.pin_cpu} with {self.workers} HTTP processes would put all of them on one CPU: use 'auto' or 'off'")
         return self
+
+    @model_validator(mode="after")
+    def _grpc_port_of_its_own(self) -> "Settings":
+        if self.grpc_port and self.grpc_port == self.port:
+            raise ValueError(f"grpc_port {self.grpc_port} is the HTTP port too: give gRPC a port of its own (or 0 for none)")
+        return self

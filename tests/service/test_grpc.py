@@ -337,3 +337,15 @@ def test_a_repeated_request_takes_new_bytes_and_is_still_checked(gc, stub):
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelInfer(request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "28 bytes given" in info.value.details()
+
+
+def test_grpc_needs_a_port_of_its_own():
+    from pydantic import ValidationError
+
+    from service.config import Settings
+
+    with pytest.raises(ValidationError, match="a port of its own"):
+        Settings(port=9000, grpc_port=9000)
+    with pytest.raises(ValidationError):
+        Settings(grpc_port=-1)
+    assert Settings(port=9000, grpc_port=0).grpc_port == 0
