@@ -135,16 +135,40 @@ async def model_infer(state: Runtime, model: type[OperatorDesc], msg: Any, start
         try:
             nbytes = output_bytes(op)
             data = np.frombuffer(result.output, np.uint8, nbytes)
-            response = pb.ModelInferResponse(model_name=msg.model_name, model_version=MODEL_VERSION, id=request_id)
+            head = pb.ModelInferResponse(model_name=msg.model_name, model_version=MODEL_VERSION, id=request_id)
+            raws: list[bytes | memoryview] = []
             for plan in plans:
-                response.outputs.add(name=plan.name, datatype=DML_TO_V2[op.output.DataType], shape=op.output.Sizes)
+                head.outputs.add(name=plan.name, datatype=DML_TO_V2[op.output.DataType], shape=op.output.Sizes)
                 if plan.region is not None:
                     await copy_into(region(plan.region)[plan.offset : plan.offset + nbytes], data)
-                    response.raw_output_contents.append(b"")
+                    raws.append(b"")
                 else:
-                    response.raw_output_contents.append(data.tobytes())
-            del data
+                    raws.append(data.data)
+            response = serialized(head, raws)
+            del data, raws
         finally:
             result.release()
     record_success(state, op, started, result, bytes_in, op.output.total_bytes)
     return response
+
+
+def serialized(head: Any, raw_outputs: list[bytes | memoryview]) -> bytes:
+    """ModelInferResponse's wire bytes: ``head`` (no raw contents) followed by each raw_output_contents
+    entry (field 6, length-delimited), the output copied once, straight from the slot. Protobuf would
+    copy it three times (into bytes, into the message, into its serialization: ~30 ms for 16 MiB)."""
+    parts: list[bytes | memoryview] = [head.SerializeToString()]
+    for raw in raw_outputs:
+        parts += [RAW_OUTPUT_TAG, _varint(len(raw)), raw]
+    return b"".join(parts)
+
+
+RAW_OUTPUT_TAG = bytes([6 << 3 | 2])  # ModelInferResponse.raw_output_contents = 6, wire type 2
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)

@@ -349,3 +349,18 @@ def test_grpc_needs_a_port_of_its_own():
     with pytest.raises(ValidationError):
         Settings(grpc_port=-1)
     assert Settings(port=9000, grpc_port=0).grpc_port == 0
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16383, 16384, (1 << 24) + 5])
+def test_the_hand_serialized_response_is_what_protobuf_reads(n):
+    """ModelInfer's answer is serialized by vkact (one copy of the output); protobuf's own parser is
+    the oracle, at every varint length boundary of the raw entry."""
+    from service.api.grpc_infer import serialized
+
+    head = service_pb2.ModelInferResponse(model_name="relu", model_version="1", id="x")
+    head.outputs.add(name="OutputTensor", datatype="UINT8", shape=[n])
+    head.outputs.add(name="Second", datatype="UINT8", shape=[0])
+    data = np.arange(n, dtype=np.uint8)
+    parsed = service_pb2.ModelInferResponse.FromString(serialized(head, [data.data, b""]))
+    assert list(parsed.raw_output_contents) == [data.tobytes(), b""]
+    assert (parsed.model_name, parsed.model_version, parsed.id, [o.name for o in parsed.outputs]) == ("relu", "1", "x", ["OutputTensor", "Second"])
