@@ -219,8 +219,10 @@ class TritonMetrics:
         integer (perf_analyzer reads them as such). vkact times three spans of an inference: the whole
         request (success), its wait for the device (queue) and the dispatch (compute_infer); the host's
         work around the dispatch (decoding inputs, copies, encoding outputs) is compute_input, and
-        compute_output, which vkact does not time apart, has the same count and 0 ns. Each success
-        is one inference; execution_count counts dispatches (a dynamic batch is one)."""
+        compute_output, which vkact does not time apart, has the same count and 0 ns. fail's ns are
+        those gRPC measures (an HTTP failure is answered by the error handlers, which know no start
+        time: it adds 0 ns). Each success is one inference; execution_count counts dispatches (a
+        dynamic batch is one)."""
         names = sorted(self._models) if model is None else [model]
         out = []
         for name in names:

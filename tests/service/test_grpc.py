@@ -364,3 +364,38 @@ def test_the_hand_serialized_response_is_what_protobuf_reads(n):
     parsed = service_pb2.ModelInferResponse.FromString(serialized(head, [data.data, b""]))
     assert list(parsed.raw_output_contents) == [data.tobytes(), b""]
     assert (parsed.model_name, parsed.model_version, parsed.id, [o.name for o in parsed.outputs]) == ("relu", "1", "x", ["OutputTensor", "Second"])
+
+
+def test_a_server_without_its_device_answers_unavailable():
+    """No device (none matches VKACT_DEVICE): live, not ready, inference UNAVAILABLE, health NOT_SERVING,
+    the models listed as UNAVAILABLE, as Triton answers while its models are not ready."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.service.conftest import ROOT, free_port
+
+    http_port, grpc_port = free_port(), free_port()
+    env = {**os.environ, "VKACT_DEVICE": "no-such-device", "VKACT_GRPC_PORT": str(grpc_port)}
+    proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(http_port), "--log-level", "critical"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        for _ in range(300):  # until the gRPC server listens
+            try:
+                if client.is_server_live():
+                    break
+            except InferenceServerException:
+                time.sleep(0.1)
+        assert client.is_server_live() and not client.is_server_ready() and not client.is_model_ready("relu")
+        status, message = code_of(lambda: client.infer("relu", grpc_inputs({"InputTensor": np.ones(4, np.float32)})))
+        assert status == "StatusCode.UNAVAILABLE" and "not ready" in message
+        assert {m.state for m in client.get_model_repository_index().models} == {"UNAVAILABLE"}
+        assert len(client.get_model_repository_index(as_json=True).get("models", [])) == len(MODELS)
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+        assert check.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(20)
