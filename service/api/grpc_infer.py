@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import InvalidRequest, NotReady
 from ..operators import OperatorDesc
-from ..worker import copy_into, pickled
+from ..worker import pickled
 from .execution import execute, record_success
 from .grpc_messages import pb
 from .header_cache import HeaderCache
@@ -124,7 +124,7 @@ async def model_infer(state: Runtime, model: type[OperatorDesc], msg: Any, start
         else:
             req, tail = inference_request(msg, raw, request_id)
             op = build_operator(model, req, max_tensor_bytes)
-            buffers = decode_inputs(op, req, tail, region)
+            buffers = await decode_inputs(op, req, tail, region)
             plans = plan_outputs(op, req, region)
             if key is not None and (decided := _Decided.of(req, op, plans)) is not None:
                 cache.put(key, decided)
@@ -140,7 +140,7 @@ async def model_infer(state: Runtime, model: type[OperatorDesc], msg: Any, start
             for plan in plans:
                 head.outputs.add(name=plan.name, datatype=DML_TO_V2[op.output.DataType], shape=op.output.Sizes)
                 if plan.region is not None:
-                    await copy_into(region(plan.region)[plan.offset : plan.offset + nbytes], data)
+                    await region(plan.region).write(plan.offset, data, plan.field)
                     raws.append(b"")
                 else:
                     raws.append(data.data)

@@ -377,7 +377,7 @@ def test_a_server_without_its_device_answers_unavailable():
 
     http_port, grpc_port = free_port(), free_port()
     env = {**os.environ, "VKACT_DEVICE": "no-such-device", "VKACT_GRPC_PORT": str(grpc_port)}
-    proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(http_port), "--log-level", "critical"],
+    proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(http_port), "--log-level", "critical", "--no-supervise"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         client = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")
