@@ -31,8 +31,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "a host memcpy and CPU peers; then the HTTP service end to end (latency, requests/s, 16 MiB "
         "throughput) against a bare uvicorn echo and a raw loopback socket; then /v2 with tritonclient against "
         "MLServer and the echo; writes a Markdown report.")
-    parser.add_argument("--only", choices=("kernels", "service", "v2"), default=None,
-                        help="run one part only (default: kernels, then service, then v2)")
+    parser.add_argument("--only", choices=("kernels", "service", "v2", "grpc"), default=None,
+                        help="run one part only (default: kernels, then service, then v2, then grpc)")
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="kernels: log2 element counts (default 20,24)")
     parser.add_argument("--repeat", type=int, default=10, help=f"kernels: timed runs of each measurement, after {WARMUP} warm-up runs")
     parser.add_argument("--ops", type=_csv, default=None, help="kernels: operators by short name, e.g. shrink,celu (default: all)")
@@ -158,15 +158,25 @@ def run_v2(args: argparse.Namespace) -> None:
     _write(args.out, name, v2.section(name, v2.header(result, _machine()), result), "v2")
 
 
+def run_grpc(args: argparse.Namespace) -> None:
+    from . import v2_grpc
+
+    result = v2_grpc.run()
+    name = result.device["name"]
+    _write(args.out, name, v2_grpc.section(name, _machine(), result), "grpc")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
-    parts = [args.only] if args.only else ["kernels", "service", "v2"]
+    parts = [args.only] if args.only else ["kernels", "service", "v2", "grpc"]
     if "kernels" in parts:
         run_kernels(args)
     if "service" in parts:
         run_service(args)
     if "v2" in parts:
         run_v2(args)
+    if "grpc" in parts:
+        run_grpc(args)
 
 
 if __name__ == "__main__":

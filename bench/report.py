@@ -22,9 +22,9 @@ TARGET_LATENCY = 1.5       # vkact's 1,024-element requests: p50 at most this mu
 
 PREAMBLE = f"""# vkact benchmark
 
-Written by `make bench` (`python -m bench`; `--only kernels`, `--only service` or `--only v2` runs one
-part). Each Vulkan device has a kernel section, a service section and an Open Inference Protocol
-section; a run replaces only the sections it measured, on the device it ran on.
+Written by `make bench` (`python -m bench`; `--only kernels`, `--only service`, `--only v2` or `--only grpc`
+runs one part). Each Vulkan device has a kernel section, a service section and Open Inference Protocol
+sections (HTTP, gRPC); a run replaces only the sections it measured, on the device it ran on.
 
 ## Kernels
 
@@ -102,9 +102,25 @@ out) on the same machine, and next to the bare echo, all measured in one run:
 - **targets**: vkact `/v2` (binary) serves ≥ 2× MLServer's requests/s with 8 concurrent clients on
   1,024-element requests, and ≥ 5× its throughput on 16 MiB tensors, against the faster of the two
   MLServers in each measurement (PASS or BELOW).
+
+## Open Inference Protocol over gRPC against MLServer's gRPC
+
+`ModelInfer` on vkact's gRPC port (`bench/v2_grpc.py`), beside its HTTP `/v2` (binary, tritonclient.http)
+and next to the same two MLServers' gRPC servers (messages up to 64 MiB), all measured in one run:
+
+- **vkact gRPC, raw contents**: the input in `raw_input_contents`, the output read from
+  `raw_output_contents` (what `tritonclient.grpc` sends and reads; MLServer answers raw to a raw
+  request). **System shared memory**: each client registers a region of its own; the input is
+  written there once, the output read back into numpy in every timed request.
+- The gRPC clients are grpcio stubs (tritonclient's generated modules), one channel per client, the
+  request message built once: a timed request is the RPC plus `np.frombuffer` of the answer, so the
+  server is what is measured. Requests/s: 3 rounds of 8 × 400 requests per target, 8 client
+  processes; 16 MiB: sequential requests in blocks, seconds per request (median).
+- **target**: vkact gRPC serves ≥ 3× the requests/s of the faster MLServer gRPC with 8 concurrent
+  clients on 1,024-element requests (PASS or BELOW).
 """
 
-_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
+_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
 
 
 @dataclass

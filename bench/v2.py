@@ -174,15 +174,16 @@ def _stop_group(proc: subprocess.Popen, timeout: float = 20) -> None:
 
 @contextmanager
 def mlserver(env: MLServerEnv, workers: int) -> Iterator[svc.Server]:
-    """``mlserver start`` on a temporary model folder, HTTP on a free loopback port (gRPC on another,
-    metrics off), ``workers`` inference processes (0: inference in the server's process), ready when
+    """``mlserver start`` on a temporary model folder, HTTP on a free loopback port (gRPC on another, up
+    to 64 MiB messages; metrics off), ``workers`` inference processes (0: inference in the server's process), ready when
     the model is; stopped on the way out."""
     folder = Path(tempfile.mkdtemp(prefix="vkact-bench-mlserver-"))
     proc = None
     try:
         shutil.copy(Path(__file__).with_name("mlserver_model.py"), folder / "mlserver_model.py")
-        port = svc.free_port()
-        settings = {"host": "127.0.0.1", "http_port": port, "grpc_port": svc.free_port(),
+        port, grpc_port = svc.free_port(), svc.free_port()
+        # gRPC on its own port, its message limit raised from grpcio's 4 MiB default so 16 MiB tensors pass
+        settings = {"host": "127.0.0.1", "http_port": port, "grpc_port": grpc_port, "grpc_max_message_length": 64 << 20,
                     "metrics_endpoint": None, "metrics_port": svc.free_port(), "debug": False,
                     "parallel_workers": workers, "metrics_dir": str(folder / ".metrics")}
         (folder / "settings.json").write_text(json.dumps(settings, indent=2))
@@ -193,7 +194,7 @@ def mlserver(env: MLServerEnv, workers: int) -> Iterator[svc.Server]:
         with log.open("wb") as out:
             proc = subprocess.Popen([str(env.executable), "start", str(folder)], cwd=folder, env=env_vars,
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        server = svc.Server("mlserver", f"http://127.0.0.1:{port}", proc, log)
+        server = svc.Server("mlserver", f"http://127.0.0.1:{port}", proc, log, f"127.0.0.1:{grpc_port}")
         try:
             svc._wait_ready(server, f"/v2/models/{MODEL}/ready")
         except RuntimeError as exc:
@@ -297,15 +298,17 @@ class Caller:
             self._http.close()
 
 
-def _load_client(index: int, phases: list[tuple[Target, int]], x: np.ndarray, barrier: Any, results: Any) -> None:
-    """One of the concurrent client processes: per phase, warm up its connection to the phase's target,
-    wait for the others, then send its requests one after the other."""
-    callers: dict[str, Caller] = {}
+def load_client(index: int, make: Callable[[Any, np.ndarray], Any], phases: list[tuple[Any, int]], x: np.ndarray,
+                barrier: Any, results: Any) -> None:
+    """One of the concurrent client processes: per phase, warm up its connection to the phase's target
+    (``make(target, x)``: a Caller of this module or of v2_grpc), wait for the others, then send its
+    requests one after the other."""
+    callers: dict[str, Any] = {}
     try:
         for phase, (target, count) in enumerate(phases):
             warmup = 5  # a connection idle through the other targets' phases
             if target.key not in callers:
-                callers[target.key], warmup = Caller(target, x), WARMUP_REQUESTS
+                callers[target.key], warmup = make(target, x), WARMUP_REQUESTS
             call = callers[target.key]
             for _ in range(warmup):
                 call()
@@ -323,7 +326,7 @@ def concurrent(targets: list[Target], x: np.ndarray) -> dict[str, svc.Rate]:
     turn over CONCURRENT_ROUNDS rounds; requests/s: all of a target's requests over the summed wall
     times of its rounds (first client's start to last client's end), as bench/service.py counts them."""
     phases = [(t, CONCURRENT_EACH) for _ in range(CONCURRENT_ROUNDS) for t in targets]
-    return svc.run_load_clients(_load_client, (phases, x), [t.key for t, _ in phases], "bench-v2-client")
+    return svc.run_load_clients(load_client, (Caller, phases, x), [t.key for t, _ in phases], "bench-v2-client")
 
 
 # -- perf_analyzer ----------------------------------------------------------------------------------

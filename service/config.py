@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(10.0, gt=0, description="a connection must send a request's headers within this many seconds of opening (or of its request's first byte): else 408 and closed")
     body_timeout_s: float = Field(30.0, gt=0, description="a request's body may pause at most this many seconds between bytes while the service waits for it: else the connection is closed")
     max_connections: int = Field(512, ge=1, description="open HTTP connections per HTTP process; a request on one beyond it gets 503 with Retry-After and the connection is closed (liveness probes excepted)")
+    grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC (Open Inference Protocol) port, served by every HTTP process; 0: no gRPC server (an ephemeral port would differ per process)")
 
     # Limits (see README, "Limits and failure behaviour")
     max_shm_regions: int = Field(1024, ge=1, description="system shared memory regions registered at once; one more is a 400")
@@ -50,4 +51,10 @@ class Settings(BaseSettings):
     def _one_process_per_pinned_cpu(self) -> "Settings":
         if self.workers > 1 and self.pin_cpu not in ("auto", "off"):
             raise ValueError(f"pin_cpu {self.pin_cpu} with {self.workers} HTTP processes would put all of them on one CPU: use 'auto' or 'off'")
+        return self
+
+    @model_validator(mode="after")
+    def _grpc_port_of_its_own(self) -> "Settings":
+        if self.grpc_port and self.grpc_port == self.port:
+            raise ValueError(f"grpc_port {self.grpc_port} is the HTTP port too: give gRPC a port of its own (or 0 for none)")
         return self

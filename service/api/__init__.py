@@ -14,7 +14,7 @@ from ..shared_memory import SharedMemoryRegistry
 from ..slots import SHM_DIR, owner_tag
 from ..supervisor import registry_owner
 from ..worker import DeviceWorker
-from . import errors, health, v1, v2, v2_shm
+from . import errors, health, statistics, v1, v2, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
 from .metrics import Metrics
@@ -30,7 +30,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = runtime.worker = DeviceWorker(settings)
         worker.start()  # readiness follows when the worker reports its device and shaders
+        grpc_server = None
+        if settings.grpc_port:
+            from .grpc_server import GrpcServer  # compiles the protocol's .proto files: only when served
+
+            grpc_server = GrpcServer(runtime, app.version)
+            try:
+                await grpc_server.start()
+            except BaseException:
+                await worker.close()
+                raise
         yield
+        if grpc_server is not None:
+            await grpc_server.stop()
         await worker.close()
         runtime.shared_memory.close()
 
@@ -43,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(v1.router)
     app.include_router(health.router)
+    app.include_router(statistics.router)  # before v2's: /v2/models/stats is no model's metadata
     app.include_router(v2.router)
     app.include_router(v2_shm.router)
     app.add_middleware(v2.RequestIdMiddleware)

@@ -24,6 +24,7 @@ from client.codec import CodecError
 from ..errors import VkactError
 from ..operators import OPERATORS, descriptor_error
 from .execution import OPERATOR_KEY
+from .metrics import Metrics
 from .runtime import runtime
 
 log = logging.getLogger("vkact.api")
@@ -51,13 +52,18 @@ def _is_execution(path: str) -> bool:
 
 
 def _count(request: Request, status: int) -> None:
-    metrics = runtime(request).metrics
+    operator = request.scope.get(OPERATOR_KEY, "-") if _is_execution(request.url.path) else None
+    count_error(runtime(request).metrics, status, operator)
+
+
+def count_error(metrics: Metrics, status: int, operator: str | None, seconds: float = 0.0) -> None:
+    """An answered error, whichever protocol; ``operator``: the execution's operator ('-' before it is
+    known), None when the request was no execution."""
     metrics.errors.labels(str(status)).inc()
-    if _is_execution(request.url.path):
-        operator = request.scope.get(OPERATOR_KEY, "-")
+    if operator is not None:
         metrics.failed(operator, status)
         if operator in OPERATORS:  # a failed inference of a known model, in Triton's terms
-            metrics.triton.failure(OPERATORS[operator])
+            metrics.triton.failure(OPERATORS[operator], seconds)
 
 
 def _answer(request: Request, status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -132,3 +138,21 @@ async def answer(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     for cls, handler in HANDLERS.items():
         app.add_exception_handler(cls, handler)
+
+
+def protocol_error(exc: Exception) -> tuple[int, str]:
+    """The status and /v2 message of a failure, for a protocol answered outside these handlers (gRPC):
+    the same statuses as /v2 (a descriptor error 400), the field path leading the message."""
+    if isinstance(exc, VkactError):
+        status, message, field = exc.status, exc.message, exc.field
+    elif isinstance(exc, CodecError):
+        status, message, field = 400, exc.message, exc.field
+    elif isinstance(exc, ValidationError):
+        err = descriptor_error(exc)
+        status, message, field = err.status, err.message, err.field
+    else:
+        log.error("unexpected error", exc_info=exc)
+        return 500, f"internal error: {type(exc).__name__}"
+    if field and not message.startswith(field):
+        message = f"{field}: {message}"
+    return (400 if status == 422 else status), message

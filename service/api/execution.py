@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 from fastapi import Request
@@ -16,7 +16,7 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 from ..errors import InvalidRequest, PayloadTooLarge, Timeout
 from ..operators import OperatorDesc
 from ..worker import LARGE, Result, copy_into
-from .runtime import runtime
+from .runtime import Runtime, runtime
 
 
 CONTROL_BODY_BYTES = 1 << 16  # the bodies of control requests (repository, shared memory) are a few bytes
@@ -68,14 +68,23 @@ async def _until_disconnected(request: Request) -> None:
 async def run_on_device(
     request: Request, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool = False, key: bytes | None = None
 ) -> Result | None:
-    """Run ``op`` on the device worker. None means the client left while the job was queued (the caller
-    answers 499): the job is dropped before it reaches the device. Busy (queue full) propagates; no
-    answer within the request timeout is a Timeout (504).
+    """Run ``op`` on the device worker for an HTTP request; None means the client left (see execute)."""
+    return await execute(runtime(request), op, buffers, in_place, key, lambda: _until_disconnected(request))
 
-    The request's own task awaits the worker; the timeout and the client's departure cancel it. A job
-    that goes straight to an idle device is not watched for departure (that needs a task of its own, a
-    large share of a small request's cost): once on the device it runs to the end either way."""
-    state = runtime(request)
+
+async def execute(
+    state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool = False, key: bytes | None = None,
+    departure: Callable[[], Awaitable[object]] | None = None,
+) -> Result | None:
+    """Run ``op`` on the device worker, whichever protocol asked. None means the client left while the
+    job was queued (the caller answers 499): the job is dropped before it reaches the device. Busy
+    (queue full) propagates; no answer within the request timeout is a Timeout (504).
+
+    The caller's task awaits the worker; the timeout and the client's departure cancel it.
+    ``departure()`` returns when the client has gone (HTTP: the disconnect message; gRPC needs none,
+    grpcio cancels the handler's task itself). A job that goes straight to an idle device is not
+    watched for departure (that needs a task of its own, a large share of a small request's cost):
+    once on the device it runs to the end either way."""
     worker = state.worker
     assert worker is not None
     timeout = state.settings.request_timeout_s
@@ -91,8 +100,8 @@ async def run_on_device(
 
     timer = asyncio.get_running_loop().call_later(timeout, stop, "timeout")
     watcher = None
-    if not worker.idle or sum(b.nbytes for b in buffers) > LARGE:
-        watcher = asyncio.ensure_future(_until_disconnected(request))
+    if departure is not None and (not worker.idle or sum(b.nbytes for b in buffers) > LARGE):
+        watcher = asyncio.ensure_future(departure())
         watcher.add_done_callback(lambda w: w.cancelled() or w.exception() is not None or stop("gone"))
     try:
         return await worker.run(op, buffers, in_place, key, state.metrics.triton.pending(op).add)
@@ -157,12 +166,13 @@ class _Record:
         self.args = args
 
     async def __call__(self) -> None:
-        record_success(*self.args)  # type: ignore[arg-type]
+        request, *rest = self.args
+        record_success(runtime(request), *rest)  # type: ignore[arg-type]
 
 
-def record_success(request: Request, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:
+def record_success(state: Runtime, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:
     """The bookkeeping of one answered execution, whichever protocol carried it."""
-    metrics = runtime(request).metrics
+    metrics = state.metrics
     elapsed = time.perf_counter() - started
     metrics.operator(op.type_name()).record(elapsed, result.queue_seconds, result.kernel_seconds, bytes_in, bytes_out)
     metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds, result.batch_size)

@@ -7,9 +7,11 @@ observation (three histograms and three counters cost ~20 us a request here, and
 data crowd the CPU caches the next request needs). Everything happens on the event loop's thread."""
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -137,6 +139,9 @@ class _ModelStats:
     nv_inference_queue_duration_us: float = 0
     nv_inference_compute_infer_duration_us: float = 0
     nv_inference_pending_request_count: float = 0
+    # for the statistics extension only (not rendered as metrics)
+    failure_duration_us: float = 0
+    last_inference_ms: int = 0  # ms since the epoch of the last answered inference, success or failure
 
 
 _HELP = {
@@ -183,8 +188,12 @@ class TritonMetrics:
             found = self._pending[type(op)] = _Pending(self._stats(op))
         return found
 
-    def failure(self, op: OperatorDesc | type[OperatorDesc]) -> None:
-        self._stats(op).nv_inference_request_failure += 1
+    def failure(self, op: OperatorDesc | type[OperatorDesc], seconds: float = 0.0) -> None:
+        """A failed inference; ``seconds`` from its arrival to its failure, where the protocol measured it."""
+        s = self._stats(op)
+        s.nv_inference_request_failure += 1
+        s.failure_duration_us += seconds * 1e6
+        s.last_inference_ms = time.time_ns() // 1_000_000
 
     def success(self, op: OperatorDesc, seconds: float, queue_seconds: float, kernel_seconds: float, batch_size: int = 1) -> None:
         s = self._stats(op)
@@ -194,13 +203,54 @@ class TritonMetrics:
         s.nv_inference_request_duration_us += seconds * 1e6
         s.nv_inference_queue_duration_us += queue_seconds * 1e6
         s.nv_inference_compute_infer_duration_us += kernel_seconds * 1e6
+        s.last_inference_ms = time.time_ns() // 1_000_000
 
     def render(self) -> bytes:
         lines = []
-        for f in fields(_ModelStats):
-            kind, text = _HELP[f.name]
-            lines += [f"# HELP {f.name} {text}", f"# TYPE {f.name} {kind}"]
+        for name, (kind, text) in _HELP.items():
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
             for model, stats in sorted(self._models.items()):
                 # integers, as Triton reports them (durations in whole microseconds)
-                lines.append(f'{f.name}{{model="{model}",version="{MODEL_VERSION}"}} {round(getattr(stats, f.name))}')
+                lines.append(f'{name}{{model="{model}",version="{MODEL_VERSION}"}} {round(getattr(stats, name))}')
         return ("\n".join(lines) + "\n").encode()
+
+    def statistics(self, model: str | None = None) -> list[dict[str, Any]]:
+        """Triton's statistics extension (``model_stats``) for one model or all, every number a JSON
+        integer (perf_analyzer reads them as such). vkact times three spans of an inference: the whole
+        request (success), its wait for the device (queue) and the dispatch (compute_infer); the host's
+        work around the dispatch (decoding inputs, copies, encoding outputs) is compute_input, and
+        compute_output, which vkact does not time apart, has the same count and 0 ns. fail's ns are
+        those gRPC measures (an HTTP failure is answered by the error handlers, which know no start
+        time: it adds 0 ns). Each success is one inference; execution_count counts dispatches (a
+        dynamic batch is one)."""
+        names = sorted(self._models) if model is None else [model]
+        out = []
+        for name in names:
+            s = self._models[name]
+            ok = int(s.nv_inference_request_success)
+            host_us = max(0.0, s.nv_inference_request_duration_us - s.nv_inference_queue_duration_us - s.nv_inference_compute_infer_duration_us)
+
+            def span(count: int, us: float) -> dict[str, int]:
+                return {"count": count, "ns": round(us * 1000)}
+
+            out.append({
+                "name": name,
+                "version": MODEL_VERSION,
+                "last_inference": s.last_inference_ms,
+                "inference_count": int(s.nv_inference_count),
+                "execution_count": round(s.nv_inference_exec_count),
+                "inference_stats": {
+                    "success": span(ok, s.nv_inference_request_duration_us),
+                    "fail": span(int(s.nv_inference_request_failure), s.failure_duration_us),
+                    "queue": span(ok, s.nv_inference_queue_duration_us),
+                    "compute_input": span(ok, host_us),
+                    "compute_infer": span(ok, s.nv_inference_compute_infer_duration_us),
+                    "compute_output": span(ok, 0.0),
+                    "cache_hit": span(0, 0.0),
+                    "cache_miss": span(0, 0.0),
+                },
+                "batch_stats": [],
+                "memory_usage": [],
+                "response_stats": {},
+            })
+        return out

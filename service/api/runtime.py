@@ -6,7 +6,7 @@ instead, through ``runtime(request)``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import HTTPConnection
@@ -28,6 +28,7 @@ class Runtime:
     v1_headers: HeaderCache[Any]
     v2_headers: HeaderCache[Any]
     worker: DeviceWorker | None = None  # set when the app starts (its lifespan), with the event loop
+    grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
 
 
 def runtime(connection: HTTPConnection) -> Runtime:

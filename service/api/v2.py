@@ -35,7 +35,7 @@ router = APIRouter(prefix="/v2", tags=["v2"])
 
 #: What GET /v2 advertises: only what is implemented. model_repository is the index (load is a no-op,
 #: unload is refused: the models are built in); model_configuration is GET .../config.
-EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration"]
+EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration", "statistics"]
 
 
 class RequestIdMiddleware:
@@ -160,7 +160,7 @@ async def unload_model(model: str) -> Response:
 # -- inference ----------------------------------------------------------------------------------------
 
 
-class _Regions:
+class Regions:
     """The shared memory regions one request uses, each opened once and closed when the request ends."""
 
     def __init__(self, registry: SharedMemoryRegistry) -> None:
@@ -173,7 +173,7 @@ class _Regions:
             self._opened[name] = self._stack.enter_context(self._registry.use(name))
         return self._opened[name]
 
-    def __enter__(self) -> _Regions:
+    def __enter__(self) -> Regions:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -243,7 +243,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         req, tail, op = await in_json_thread(_parse, *args) if large else _parse(*args)
     request_id = req.id if req.id is not None else getattr(request.state, "client_request_id", None)
 
-    with _Regions(state.shared_memory) as region:
+    with Regions(state.shared_memory) as region:
         if parsed is not None:
             buffers, plans = parsed.buffers(tail), parsed.plans
         else:

@@ -88,9 +88,13 @@ def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDe
         raw = RequestInput(name=op.input_fields[0], shape=[len(body) // size], datatype=datatype, parameters={"binary_data_size": len(body)})
         return InferenceRequest(inputs=[raw], parameters={"binary_data_output": True}), body
     raw, tail = frame_parts(body, header_length)
-    header = load_header(raw, max_json_values)
+    return envelope(load_header(raw, max_json_values)), tail
+
+
+def envelope(header: Any) -> InferenceRequest:
+    """The inference request's envelope, from /v2's JSON header or the fields of a gRPC ModelInferRequest."""
     try:
-        return InferenceRequest.model_validate(header), tail
+        return InferenceRequest.model_validate(header)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         raise InvalidRequest(err["msg"], _path(err["loc"]) or None) from None

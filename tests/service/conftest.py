@@ -19,6 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class Server:
     url: str
     process: subprocess.Popen
+    grpc: str = ""  # host:port of its gRPC server ("" when started with grpc_port=0)
 
     def client(self, **kwargs) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60, **kwargs)
@@ -34,6 +35,7 @@ def start_server(wrap: tuple[str, ...] = (), supervised: bool = False, **setting
     """``wrap``: a command that execs the server's command line given as its arguments (unshare ...).
     Unsupervised by default: the process is then the HTTP server itself, which tests look into."""
     port = free_port()
+    settings.setdefault("grpc_port", free_port())  # never the default 8001: servers of parallel runs would share it
     env = {**os.environ, **{f"VKACT_{k.upper()}": str(v) for k, v in settings.items()}}
     proc = subprocess.Popen(
         [*wrap, sys.executable, "-m", "service", "--port", str(port), "--log-level", "warning", *([] if supervised else ["--no-supervise"])],
@@ -46,7 +48,7 @@ def start_server(wrap: tuple[str, ...] = (), supervised: bool = False, **setting
             raise RuntimeError(f"server exited: {proc.stdout.read().decode() if proc.stdout else ''}")
         try:
             if httpx.get(f"{url}/health/ready", timeout=1).status_code == 200:
-                return Server(url, proc)
+                return Server(url, proc, f"127.0.0.1:{settings['grpc_port']}" if settings["grpc_port"] else "")
         except httpx.TransportError:
             pass
         time.sleep(0.1)

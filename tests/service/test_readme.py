@@ -10,6 +10,7 @@ import pytest
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 DEFAULT = "http://127.0.0.1:8000"
+GRPC_DEFAULT = "127.0.0.1:8001"
 
 
 def curl_commands() -> list[str]:
@@ -47,5 +48,8 @@ def test_python_examples(server, capsys):
     for block in blocks:
         # tritonclient takes host:port without the scheme
         code = block.replace(DEFAULT, server.url).replace(DEFAULT.removeprefix("http://"), server.url.removeprefix("http://"))
-        exec(compile(code, "README.md", "exec"), {})
-    assert "[-2.5 -1.5  0.   0.   0.   1.5  2.5]" in capsys.readouterr().out
+        exec(compile(code.replace(GRPC_DEFAULT, server.grpc), "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "[-2.5 -1.5  0.   0.   0.   1.5  2.5]" in out
+    assert sum("grpcclient" in block for block in blocks) == 2  # the gRPC examples, binary and shared memory
+    assert out.count("[-2.5 -1.5  0.   0.   0.   1.5  2.5]") >= 3 and "True" in out

@@ -81,7 +81,7 @@ def test_health(tc):
 def test_server_metadata_lists_only_what_is_implemented(tc):
     meta = tc.get_server_metadata()
     assert meta["name"] == "vkact" and meta["version"]
-    assert set(meta["extensions"]) == {"binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration"}
+    assert set(meta["extensions"]) == {"binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration", "statistics"}
 
 
 @pytest.mark.parametrize("model", list(MODELS))

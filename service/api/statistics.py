@@ -1,0 +1,38 @@
+"""Triton's statistics extension over HTTP: GET /v2/models/stats, /v2/models/{model}/stats and
+/v2/models/{model}/versions/{version}/stats answer ``{"model_stats": [...]}`` (gRPC's ModelStatistics
+answers the same, see grpc_server). The numbers are the per-model series of metrics.TritonMetrics, kept
+by every /v1, /v2 and gRPC execution of the HTTP process that answers (one per VKACT_WORKERS process)."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from ..operators import short_name
+from .metrics import Metrics
+from .runtime import runtime
+from .v2_models import find_model
+
+# Included before /v2's router: its GET /v2/models/{model} would take "stats" for a model name.
+router = APIRouter(prefix="/v2/models", tags=["v2"])
+
+
+def model_stats(metrics: Metrics, model: str = "", version: str = "") -> dict[str, Any]:
+    """``model_stats`` of every model (no name) or of one model (and version): unknown ones are 404."""
+    name = short_name(find_model(model, version or None)) if model else None
+    return {"model_stats": metrics.triton.statistics(name)}
+
+
+@router.get("/stats", summary="Inference statistics of every model")
+async def all_stats(request: Request) -> dict[str, Any]:
+    return model_stats(runtime(request).metrics)
+
+
+@router.get("/{model}/stats", summary="Inference statistics of one model")
+async def stats(request: Request, model: str) -> dict[str, Any]:
+    return model_stats(runtime(request).metrics, model)
+
+
+@router.get("/{model}/versions/{version}/stats", summary="Inference statistics of one model version")
+async def version_stats(request: Request, model: str, version: str) -> dict[str, Any]:
+    return model_stats(runtime(request).metrics, model, version)
