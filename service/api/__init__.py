@@ -44,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(v2.router)
     app.include_router(v2_shm.router)
+    app.include_router(v2_shm.cuda_router)
     app.add_middleware(v2.RequestIdMiddleware)
 
     return app
