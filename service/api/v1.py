@@ -32,6 +32,7 @@ from .execution import FrameResponse, answered, binary_frame, count_against, fra
 from .header_cache import HeaderCache
 from .json_text import dumps
 from .runtime import device_worker, runtime
+from .v2_encoding import decode_body
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -120,8 +121,11 @@ async def execute(request: Request) -> Response:
     started = time.perf_counter()
     state = runtime(request)
     worker = device_worker(request)
-    body = await read_body(request, state.settings.max_body_bytes)
-    raw, tail = frame_parts(body, request.headers.get(HEADER_LENGTH))
+    limit = state.settings.max_body_bytes
+    # Content-Encoding as /v2 takes it (gzip, deflate; 415 for others), not read as UTF-8 JSON
+    body = await decode_body(await read_body(request, limit), request.headers.get("content-encoding"), limit)
+    header_length = request.headers.get(HEADER_LENGTH)
+    raw, tail = frame_parts(body, header_length)
     if not worker.ready or worker.info is None:
         raise NotReady("the device is not ready yet")
     max_tensor_bytes = worker.info["max_tensor_bytes"]
@@ -131,7 +135,7 @@ async def execute(request: Request) -> Response:
     if parsed is not None:
         buffers = parsed.buffers(tail)
     else:
-        parsed, buffers = parse_request(parse_header(raw), tail, max_tensor_bytes)
+        parsed, buffers = parse_request(parse_header(raw, header_length is not None), tail, max_tensor_bytes)
         if parsed.binary is not None:
             cache.put(key, parsed)
     op = parsed.op

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from client.codec import HEADER_LENGTH, split_frame
 
 from ..errors import InvalidRequest
-from ..operators import OperatorDesc, descriptor_error, parse_operator
+from ..operators import OperatorDesc, descriptor_error, parse_operator, short_name
 from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
 
 RESERVED = {"sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
@@ -118,9 +118,13 @@ def build_operator(model: type[OperatorDesc], req: InferenceRequest, max_tensor_
             continue  # protocol-level parameters with no bearing on the operator
         elif key not in fields:
             accepted = ", ".join(fields) or "none"
-            raise InvalidRequest(f"{model.type_name()} has no parameter {key!r}; its parameters are {accepted}", f"parameters.{key}")
-        elif isinstance(value, str) and is_array_param(model, key):
+            elsewhere = getattr(model, "field_elsewhere", lambda _: None)(key)
+            hint = f" ({elsewhere}: model {short_name(model)}1)" if elsewhere else ""
+            raise InvalidRequest(f"{model.type_name()} has no parameter {key!r}; its parameters are {accepted}{hint}", f"parameters.{key}")
+        elif is_array_param(model, key) and isinstance(value, str):
             desc[key] = [part.strip() for part in value.split(",") if part.strip()]  # "0,2" -> [0, 2]
+        elif is_array_param(model, key) and isinstance(value, int) and not isinstance(value, bool):
+            desc[key] = [value]  # a Triton scalar parameter: one axis
         else:
             desc[key] = value
     try:
