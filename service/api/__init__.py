@@ -13,7 +13,7 @@ from ..config import Settings
 from ..shared_memory import SharedMemoryRegistry
 from ..slots import SHM_DIR, owner_tag
 from ..worker import DeviceWorker
-from . import errors, health, v1, v2, v2_shm
+from . import errors, health, openapi, v1, v2, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
 from .metrics import Metrics
@@ -33,7 +33,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await worker.close()
         runtime.shared_memory.close()
 
-    app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan,
+    app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,  # openapi.install
                   description="DirectML's activation operators on any Vulkan device")
     # One registration file per server, shared by its HTTP processes (their parent, with --workers > 1).
     server = os.getppid() if settings.workers > 1 else os.getpid()
@@ -46,5 +46,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2_shm.router)
     app.include_router(v2_shm.cuda_router)
     app.add_middleware(v2.RequestIdMiddleware)
+    openapi.install(app)
 
     return app
