@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from client.codec import HEADER_LENGTH, split_frame
+from client.codec import HEADER_LENGTH, CodecError, split_frame
 
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, descriptor_error, parse_operator, short_name
@@ -78,7 +78,12 @@ def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDe
             raise InvalidRequest(f"a raw binary request's body holds {datatype} elements of {size} bytes; it is {len(body)} bytes", HEADER_LENGTH)
         raw = RequestInput(name=op.input_fields[0], shape=[len(body) // size], datatype=datatype, parameters={"binary_data_size": len(body)})
         return InferenceRequest(inputs=[raw], parameters={"binary_data_output": True}), body
-    header, tail = split_frame(body, header_length)
+    try:
+        header, tail = split_frame(body, header_length)
+    except CodecError as exc:
+        if exc.field != HEADER_LENGTH or header_length is not None:
+            raise
+        raise CodecError(f"{exc.message}; a raw binary body (one input's bytes, no JSON) needs it set to 0", HEADER_LENGTH) from None
     try:
         return InferenceRequest.model_validate(header), tail
     except ValidationError as exc:

@@ -65,7 +65,7 @@ def test_binary_bytes_without_the_header_length_get_a_hint(http):
     head = json.dumps({"inputs": [{"name": "InputTensor", "shape": [6], "datatype": "FP32", "parameters": {"binary_data_size": 24}}]}).encode()
     data = np.arange(6, dtype=np.float32).tobytes()
     for body in (head + data, data):  # a JSON header + binary tensors, and a raw binary body
-        assert_error(http.post("/v2/models/relu/infer", content=body), 400, HEADER_LENGTH, "length in bytes")
+        assert_error(http.post("/v2/models/relu/infer", content=body), 400, HEADER_LENGTH, "length in bytes", "set to 0")
     v2_still_serving(http)
     v1_head = json.dumps({"Operator": request_body("RELU", np.zeros(6, np.float32)), "Inputs": {"InputTensor": {"binary_data_size": 24}}}).encode()
     response = http.post("/v1/execute", content=v1_head + data)
