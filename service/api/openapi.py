@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, Encoding
+from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
 from ..descriptors.tensor import TensorDesc
 from ..operators import OperatorDescriptor
