@@ -9,8 +9,10 @@
         ├── NotFound (404)           unknown operator Type or path
         ├── PayloadTooLarge (413)    the body exceeds the service's limit
         ├── InvalidDescriptor (422)  a descriptor breaks a DirectML rule, or the device cannot run it
-        ├── ServiceBusy (503)        the queue is full; .retry_after says when to try again
-        └── InternalServerError (5xx) the device or a shader failed
+        ├── ServiceBusy (503)        transient: the queue is full, or the device worker is (re)starting or
+        │                            died under the request; .retry_after says when to try again
+        └── InternalServerError (5xx) the device or a shader failed (507: the server's /dev/shm is full, so a
+                                     shared memory registration was not recorded; nothing changed)
 
 Argument mistakes found before sending (a dtype with no DML_TENSOR_DATA_TYPE, the wrong number of
 arrays) are plain ``TypeError``/``ValueError``, as in numpy: they are bugs, not conditions to handle.
@@ -68,7 +70,8 @@ class InvalidDescriptor(ServerError):
 
 
 class ServiceBusy(ServerError):
-    """503: the service's queue is full (or it is not ready yet); retry after ``retry_after`` seconds."""
+    """503, transient: the queue is full, the device worker is starting, or it died under this request
+    (it restarts by itself); retry after ``retry_after`` seconds."""
 
     def __init__(self, status: int, message: str, field: Optional[str] = None, retry_after: Optional[float] = None) -> None:
         super().__init__(status, message, field)

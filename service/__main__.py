@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 
 # Before numpy loads (here, in the HTTP processes and in the device workers they spawn): no operator
 # path calls BLAS, and an OpenBLAS pool per process would only add threads that spin on 2 cores.
@@ -12,6 +13,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import uvicorn  # noqa: E402
 
 from .config import Settings  # noqa: E402
+from .supervisor import supervise  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -22,10 +24,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default=defaults.device, help="'auto', an index or part of a name (VKACT_DEVICE)")
     parser.add_argument("--workers", type=int, default=defaults.workers, help="HTTP processes, each with its own device worker (VKACT_WORKERS)")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--no-supervise", action="store_true", help="run the HTTP server in this process, with no supervisor to restart it")
     args = parser.parse_args(argv)
     # Settings are read from the environment in every HTTP process, so flags travel that way.
     os.environ.update({"VKACT_HOST": args.host, "VKACT_PORT": str(args.port), "VKACT_DEVICE": args.device, "VKACT_WORKERS": str(args.workers)})
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not args.no_supervise:  # this process restarts the HTTP server if it dies (service/supervisor.py)
+        sys.exit(supervise(sys.argv[1:] if argv is None else argv))
     uvicorn.run(
         "service.api:create_app",
         factory=True,

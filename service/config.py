@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(60.0, gt=0)
     device_timeout_s: float = Field(120.0, gt=0, description="a job on the device longer than this means a hung device: the worker is killed and restarted")
 
+    # Limits (see README, "Limits and failure behaviour")
+    max_shm_regions: int = Field(1024, ge=1, description="system shared memory regions registered at once; one more is a 400")
+    slot_bytes: int = Field(1 << 30, ge=1 << 20, description="shared memory (/dev/shm) the tensor slots of one HTTP process may hold; a request that needs more than this alone is a 413, one that finds it taken by requests in flight a 503")
+    idle_release_s: float = Field(60.0, gt=0, description="tensor slots and the engine's buffers and pipelines unused for this long (up to twice) are freed")
+    max_pipelines: int = Field(256, ge=8, description="compiled pipelines the engine keeps (least recently used out): bounds the device worker's memory over many distinct descriptors")
+
     @model_validator(mode="after")
     def _one_process_per_pinned_cpu(self) -> "Settings":
         if self.workers > 1 and self.pin_cpu not in ("auto", "off"):

@@ -80,6 +80,7 @@ def _words(values: Sequence[int | float]) -> np.ndarray:
 @dataclass
 class EngineStats:
     pipelines_created: int = 0
+    pipelines_destroyed: int = 0
     buffers_allocated: int = 0
     slots_evicted: int = 0
     dispatches: int = 0
@@ -143,6 +144,7 @@ class _Slot:
     """Buffers of one capacity: inputs, output and the strided kernels' layout table."""
 
     capacity: int
+    used: int = 0  # the engine's trim epoch at its last use (see Engine.trim)
     tensors: dict[str, kp.Tensor] = field(default_factory=dict)
     views: dict[str, np.ndarray] = field(default_factory=dict)   # uint8 views of mapped memory
 
@@ -173,7 +175,10 @@ class Engine:
         self._compiler = ShaderCompiler(settings)
         self._spirv: dict[Variant, bytes] = {}
         self._slots: OrderedDict[int, _Slot] = OrderedDict()
-        self._algorithms: dict[tuple, tuple[kp.Algorithm, int]] = {}  # (variant, capacity, in_place[, groups]): with its workgroups
+        # (variant, capacity, in_place[, groups]): with its workgroups; least recently used first, at
+        # most settings.max_pipelines (each is a compiled pipeline: on llvmpipe, JIT code in this process)
+        self._algorithms: OrderedDict[tuple, tuple[kp.Algorithm, int]] = OrderedDict()
+        self._epoch = 0  # counts trims: a slot not used since the last one is idle
         self._pool_bytes = 0
         self._seq = self._mgr.sequence()
         self._plans: OrderedDict[tuple[Hashable, bool], _Plan] = OrderedDict()
@@ -245,10 +250,14 @@ class Engine:
         if plan is None:
             raise InvalidRequest("no plan to replay: execute this keyed operator first")
         generation = self._generation
+        slot = plan.prepared.slot
 
         def replay() -> float | None:
             self._check_thread()
-            return plan.run(arrays, result) if self._generation == generation else None
+            if self._generation != generation:
+                return None
+            slot.used = self._epoch
+            return plan.run(arrays, result)
 
         return replay
 
@@ -278,6 +287,7 @@ class Engine:
             if plan is not None:
                 self._plans.move_to_end((key, in_place))
                 self._slots.move_to_end(plan.prepared.slot.capacity)
+                plan.prepared.slot.used = self._epoch
                 return plan
         op.check_execution(in_place, self.max_tensor_bytes)
         prepared = self.prepare(op, in_place)
@@ -450,11 +460,22 @@ class Engine:
         slot = self._slots.get(capacity)
         if slot is not None:
             self._slots.move_to_end(capacity)
+            slot.used = self._epoch
             return slot
         while self._slots and self._pool_bytes + 3 * capacity > self.settings.pool_bytes:
             self._evict(next(iter(self._slots)))
-        slot = self._slots[capacity] = _Slot(capacity)
+        slot = self._slots[capacity] = _Slot(capacity, self._epoch)
         return slot
+
+    def trim(self) -> int:
+        """Free the buffers (and pipelines) of slots unused since the last trim: the device worker calls
+        this every idle_release_s, so idle memory goes back within two periods. Returns slots freed."""
+        self._check_thread()
+        idle = [capacity for capacity, slot in self._slots.items() if slot.used < self._epoch]
+        for capacity in idle:
+            self._evict(capacity)
+        self._epoch += 1
+        return len(idle)
 
     def _tensor(self, slot: _Slot, name: str) -> kp.Tensor:
         tensor = slot.tensors.get(name)
@@ -473,6 +494,7 @@ class Engine:
         self._generation += 1  # and so may a replayer
         for key in [k for k in self._algorithms if k[1] == capacity]:
             self._algorithms.pop(key)[0].destroy()
+            self.stats.pipelines_destroyed += 1
         for name, tensor in slot.tensors.items():
             self._pool_bytes -= META_WORDS * 4 if name == "meta" else slot.capacity
             tensor.destroy()
@@ -484,7 +506,10 @@ class Engine:
         key = (variant, slot.capacity, in_place) if groups is None else (variant, slot.capacity, in_place, groups)
         cached = self._algorithms.get(key)
         if cached is not None:
+            self._algorithms.move_to_end(key)
             return cached
+        while len(self._algorithms) >= self.settings.max_pipelines:
+            self._drop_algorithm(next(iter(self._algorithms)))
         spirv = self._spirv.get(variant)
         if spirv is None:
             spirv = self._spirv[variant] = self._compiler.spirv(variant)
@@ -500,3 +525,12 @@ class Engine:
         self._algorithms[key] = algorithm, groups
         self.stats.pipelines_created += 1
         return algorithm, groups
+
+    def _drop_algorithm(self, key: tuple) -> None:
+        """Destroy the least recently used pipeline, with the plans (and replayers) that dispatch it."""
+        algorithm = self._algorithms.pop(key)[0]
+        for plan_key in [k for k, plan in self._plans.items() if plan.prepared.algorithm is algorithm]:
+            del self._plans[plan_key]
+        self._generation += 1
+        algorithm.destroy()
+        self.stats.pipelines_destroyed += 1

@@ -9,6 +9,7 @@ maps them to ``{"error": message, "field": path}`` bodies in one handler.
     ├── UnsupportedOnDevice (422)    valid for DirectML, beyond this device (buffer size, data type)
     ├── Busy (503)                   the queue is full; retry later
     ├── NotReady (503)               the device worker is starting or restarting
+    │   └── WorkerLost (503)         the device worker died while running the request; retry
     ├── Timeout (504)                no answer from the device within request_timeout_s
     └── DeviceFailure (500)          the device or a shader failed; never caused by the request's content
 """
@@ -67,3 +68,8 @@ class Timeout(VkactError):
 
 class NotReady(VkactError):
     status = 503
+
+
+class WorkerLost(NotReady):
+    """The device worker process exited under the request (killed, crashed, or stopped for a hung
+    device): transient, the worker restarts, so the client retries (503 with Retry-After)."""

@@ -2,17 +2,22 @@
 (shm_open, e.g. tritonclient.utils.shared_memory) and register by name, so tensors travel through memory
 instead of the HTTP body.
 
-The registrations live in a small JSON file in /dev/shm, locked with flock, so that every HTTP process of
-one server (``--workers N``) sees the same regions: a client registers through one connection and infers
-through another, which may reach another process. Each process maps a region's object itself, at first
-use, and drops its mapping once the region is no longer registered (at its next registry access). A
-mapping still being read or written by a request is closed when that request lets go of it.
+The registrations live in a small JSON file in /dev/shm, so that every HTTP process of one server
+(``--workers N``) sees the same regions: a client registers through one connection and infers through
+another, which may reach another process. A change writes a new file and renames it over the old one
+(under an exclusive flock on a separate lock file), so a full /dev/shm fails the change, never the
+registry; readers reparse only when the file was replaced.
+
+A region's bytes are read and written with preadv/pwritev on a descriptor opened for the request, never
+through a mapping: the client owns the object and may shrink it at any time, and touching a mapped page
+past its new end would kill this process with SIGBUS. No descriptor is kept between requests.
 """
 from __future__ import annotations
 
+import asyncio
+import errno
 import fcntl
 import json
-import mmap
 import os
 import stat
 from collections.abc import Iterator
@@ -25,10 +30,21 @@ from .errors import InvalidRequest, VkactError
 
 SHM_DIR = "/dev/shm"
 RESERVED_PREFIX = "vkact-"  # the device worker's own slots: never a client's region
+LARGE_IO = 1 << 20  # region reads and writes above this size run in a thread, keeping the event loop free
 
 
 class UnknownRegion(VkactError):
     status = 404
+
+
+class RegistryFull(InvalidRequest):
+    """max_shm_regions regions are registered already."""
+
+
+class RegistryWriteFailed(VkactError):
+    """The registry could not be written (no room in /dev/shm): nothing changed."""
+
+    status = 507
 
 
 @dataclass(frozen=True)
@@ -50,137 +66,194 @@ def object_path(key: str) -> str:
     return os.path.join(SHM_DIR, name)
 
 
-class _Mapping:
-    """One process's mapping of a registered region; ``users`` requests hold views of it."""
+class Region:
+    """One request's access to a registered region: an open descriptor of its object, closed when the
+    request ends. Every access checks the object's size first and reads or writes with pread/pwrite,
+    which answer a short object with a short count instead of a signal."""
 
     def __init__(self, spec: RegionSpec) -> None:
         self.spec = spec
-        self.users = 0
-        self.retired = False
+        self.nbytes = spec.byte_size
         try:
-            fd = os.open(object_path(spec.key), os.O_RDWR | os.O_NOFOLLOW)
+            self.fd = os.open(object_path(spec.key), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
             raise InvalidRequest(f"cannot open shared memory object {spec.key!r}: {exc.strerror}", "key") from None
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
+            if not stat.S_ISREG(os.fstat(self.fd).st_mode):
                 raise InvalidRequest(f"shared memory object {spec.key!r} is not a shared memory object", "key")
-            self._check_size(info.st_size)
-            self.mm = mmap.mmap(fd, spec.offset + spec.byte_size)  # keeps its own descriptor
-        finally:
-            os.close(fd)
+        except BaseException:
+            os.close(self.fd)
+            raise
 
-    def _check_size(self, size: int) -> None:
+    def check_size(self, field: str | None) -> None:
+        size = os.fstat(self.fd).st_size
         end = self.spec.offset + self.spec.byte_size
         if end > size:
             raise InvalidRequest(
                 f"region {self.spec.name!r} (offset {self.spec.offset}, byte_size {self.spec.byte_size}) runs past "
                 f"the end of shared memory object {self.spec.key!r} ({size} bytes)",
-                "byte_size",
+                field,
             )
 
-    def array(self) -> np.ndarray:
-        """The region's bytes. The object's size is checked first: touching pages of an object that a
-        client truncated after registering would kill this process with SIGBUS."""
-        self._check_size(self.mm.size())
-        return np.frombuffer(self.mm, np.uint8, self.spec.byte_size, self.spec.offset)
+    async def read(self, start: int, size: int, total: int, field: str | None) -> np.ndarray:
+        """``size`` bytes at ``start`` of the region, zero-padded to ``total`` bytes."""
+        buffer = np.empty(total, np.uint8)
+        buffer[size:] = 0
+        self.check_size(field)
+        if await _io(os.preadv, self.fd, buffer[:size], self.spec.offset + start) != size:
+            raise self._shrunk(field)
+        return buffer
 
-    def close_if_unused(self) -> None:
-        if self.retired and self.users == 0 and not self.mm.closed:
-            try:
-                self.mm.close()
-            except BufferError:  # a view outlived its request: the mapping is unmapped with the last view
-                pass
+    async def write(self, start: int, data: np.ndarray, field: str | None) -> None:
+        """``data`` into the region at ``start``; an object shrunk before is refused (pwrite would extend it)."""
+        self.check_size(field)
+        try:
+            done = await _io(os.pwritev, self.fd, data, self.spec.offset + start)
+        except OSError as exc:  # ENOSPC: the client's object was sparse and /dev/shm is full
+            raise InvalidRequest(f"cannot write region {self.spec.name!r}: {exc.strerror}", field) from None
+        if done != data.nbytes:
+            raise self._shrunk(field)
+
+    def _shrunk(self, field: str | None) -> InvalidRequest:
+        size = os.fstat(self.fd).st_size
+        return InvalidRequest(f"shared memory object {self.spec.key!r} of region {self.spec.name!r} shrank to {size} bytes during the request", field)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+async def _io(call, fd: int, buffer: np.ndarray, offset: int) -> int:
+    """preadv/pwritev of ``buffer`` at ``offset`` until done or short (the object ended); the bytes
+    done. Large transfers run in a thread."""
+    view = memoryview(buffer).cast("B")
+    nbytes, done = view.nbytes, 0
+    while done < nbytes:
+        part = [view[done:]]
+        n = await asyncio.to_thread(call, fd, part, offset + done) if nbytes - done > LARGE_IO else call(fd, part, offset + done)
+        if n <= 0:
+            break
+        done += n
+    return done
 
 
 class SharedMemoryRegistry:
-    def __init__(self, registry_path: str) -> None:
+    def __init__(self, registry_path: str, max_regions: int = 1024) -> None:
         self.path = registry_path
-        self._mappings: dict[str, _Mapping] = {}
+        self.max_regions = max_regions
+        self._seen: tuple[int, int, int] | None = None  # (inode, mtime, size) of the file last parsed
+        self._specs: dict[str, RegionSpec] = {}
 
     # -- the shared registration file ------------------------------------------------------------------
 
-    @contextmanager
-    def _locked(self, exclusive: bool) -> Iterator[tuple[int, dict[str, RegionSpec]]]:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+    def _current(self) -> dict[str, RegionSpec]:
+        """The registrations, reparsed only when the file was replaced (a rename is atomic: no lock)."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            raw = os.pread(fd, os.fstat(fd).st_size, 0)
-            specs = {name: RegionSpec(**entry) for name, entry in json.loads(raw or b"{}").items()}
-            yield fd, specs
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._seen, self._specs = None, {}
+            return self._specs
+        try:
+            info = os.fstat(fd)
+            seen = (info.st_ino, info.st_mtime_ns, info.st_size)
+            if seen != self._seen:
+                raw = os.pread(fd, info.st_size, 0)
+                self._specs = {name: RegionSpec(**entry) for name, entry in json.loads(raw or b"{}").items()}
+                self._seen = seen
         finally:
-            os.close(fd)  # releases the lock
+            os.close(fd)
+        return self._specs
 
-    def _write(self, fd: int, specs: dict[str, RegionSpec]) -> None:
+    @contextmanager
+    def _changing(self) -> Iterator[dict[str, RegionSpec]]:
+        """The registrations to change, under the lock; written (a new file, renamed) when the block ends."""
+        try:
+            lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # no inode left in /dev/shm
+            raise RegistryWriteFailed(f"the shared memory registry could not be locked ({exc.strerror}): nothing changed") from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            specs = dict(self._current())
+            yield specs
+            self._write(specs)
+        finally:
+            os.close(lock)  # releases the lock
+
+    def _write(self, specs: dict[str, RegionSpec]) -> None:
         data = json.dumps({name: asdict(spec) for name, spec in specs.items()}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
-
-    def _sync(self, specs: dict[str, RegionSpec]) -> None:
-        """Drop this process's mappings of regions that are gone or were registered anew."""
-        for name, mapping in list(self._mappings.items()):
-            if specs.get(name) != mapping.spec:
-                del self._mappings[name]
-                mapping.retired = True
-                mapping.close_if_unused()
+        temporary = f"{self.path}.new-{os.getpid()}"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                # Reserve the blocks first: on tmpfs a write into a full filesystem may be short.
+                if data:
+                    os.posix_fallocate(fd, 0, len(data))
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(errno.ENOSPC, "short write")
+            finally:
+                os.close(fd)
+            os.rename(temporary, self.path)
+        except OSError as exc:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise RegistryWriteFailed(
+                f"the shared memory registry could not be written ({exc.strerror}): nothing changed; "
+                f"free room in {os.path.dirname(self.path)} and retry"
+            ) from None
 
     # -- the extension's operations --------------------------------------------------------------------
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         spec = RegionSpec(name, key, offset, byte_size)
-        with self._locked(exclusive=True) as (fd, specs):
-            self._sync(specs)
+        with self._changing() as specs:
             if name in specs:
                 raise InvalidRequest(f"shared memory region {name!r} is already registered", "name")
-            mapping = _Mapping(spec)  # opens and checks the object now: a bad key or size is a 400 here
+            if len(specs) >= self.max_regions:
+                raise RegistryFull(
+                    f"{len(specs)} shared memory regions are registered, the most this service keeps "
+                    "(VKACT_MAX_SHM_REGIONS); unregister some first", "name"
+                )
+            region = Region(spec)  # opens and checks the object now: a bad key or size is a 400 here
+            try:
+                region.check_size("byte_size")
+            finally:
+                region.close()
             specs[name] = spec
-            self._write(fd, specs)
-        self._mappings[name] = mapping
 
     def unregister(self, name: str | None = None) -> None:
         """One region, or every region; unknown names are not an error (Triton's behaviour)."""
-        with self._locked(exclusive=True) as (fd, specs):
+        with self._changing() as specs:
             if name is None:
                 specs.clear()
             else:
                 specs.pop(name, None)
-            self._write(fd, specs)
-            self._sync(specs)
 
     def status(self, name: str | None = None) -> list[dict]:
-        with self._locked(exclusive=False) as (_, specs):
-            self._sync(specs)
+        specs = self._current()
         if name is not None:
             if name not in specs:
                 raise UnknownRegion(f"no system shared memory region {name!r} is registered")
             specs = {name: specs[name]}
-        return [{"name": s.name, "key": s.key, "offset": s.offset, "byte_size": s.byte_size} for s in specs.values()]
+        return [asdict(s) for s in specs.values()]
 
     @contextmanager
-    def use(self, name: str) -> Iterator[np.ndarray]:
-        """The bytes of a registered region, mapped in this process, for the duration of a request."""
-        with self._locked(exclusive=False) as (_, specs):
-            self._sync(specs)
-        spec = specs.get(name)
+    def use(self, name: str) -> Iterator[Region]:
+        """A registered region, opened for the duration of a request."""
+        spec = self._current().get(name)
         if spec is None:
             raise InvalidRequest(f"shared_memory_region {name!r} is not a registered system shared memory region")
-        mapping = self._mappings.get(name)
-        if mapping is None:
-            mapping = self._mappings[name] = _Mapping(spec)
-        mapping.users += 1
+        region = Region(spec)
         try:
-            yield mapping.array()
+            yield region
         finally:
-            mapping.users -= 1
-            mapping.close_if_unused()
+            region.close()
 
     def close(self) -> None:
-        """At shutdown: release every mapping and forget the registrations."""
-        for mapping in self._mappings.values():
-            mapping.retired = True
-            mapping.close_if_unused()
-        self._mappings.clear()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        """At shutdown: forget the registrations."""
+        for path in (self.path, self.path + ".lock"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .buckets import bucket
-from .errors import Busy
+from .errors import Busy, PayloadTooLarge
 
 log = logging.getLogger("vkact.slots")
 ALIGN = 64
@@ -64,6 +64,7 @@ class Mapping:
 class Slot:
     mapping: Mapping
     busy: bool = False
+    used: int = 0  # the pool's trim epoch when it was last taken (see SlotPool.trim)
 
 
 def process_start(pid: int) -> int | None:
@@ -82,8 +83,9 @@ def owner_tag(pid: int) -> str:
 
 
 # vkact-PID-START-N (a tensor slot) and vkact-regions-PID-START.json (a server's shared-memory
-# registrations): the process that made the file, and when it started
-_OWNED_NAME = re.compile(r"vkact-(?:regions-)?(\d+)-(\d+)(?:-\d+|\.json)")
+# registrations, with its .lock and a .new-PID being written): the process that made the file, and
+# when it started
+_OWNED_NAME = re.compile(r"vkact-(?:regions-)?(\d+)-(\d+)(?:-\d+|\.json(?:\.lock|\.new-\d+)?)")
 
 
 def sweep_stale_files(directory: str = SHM_DIR) -> list[str]:
@@ -107,37 +109,71 @@ def sweep_stale_files(directory: str = SHM_DIR) -> list[str]:
 
 
 class SlotPool:
-    """At most ``count`` slots; a slot grows (is replaced by a bigger file) when a request needs it."""
+    """At most ``count`` slots holding at most ``budget`` bytes; a slot grows (is replaced by a bigger
+    file) when a request needs it, and slots left unused between two trims are removed."""
 
-    def __init__(self, count: int, on_forget) -> None:
+    def __init__(self, count: int, on_forget, budget: int = 1 << 62) -> None:
         self.count = count
+        self.budget = budget
         self.slots: list[Slot] = []
+        self._epoch = 0
         self._names = itertools.count()
         self._prefix = f"vkact-{owner_tag(os.getpid())}-"
         self._on_forget = on_forget
         for path in sweep_stale_files():
             log.warning("removed %s, left in shared memory by a process that is gone", path)
 
+    @property
+    def bytes(self) -> int:
+        return sum(s.mapping.size for s in self.slots)
+
     def acquire(self, nbytes: int) -> Slot:
         free = [s for s in self.slots if not s.busy]
         fitting = [s for s in free if s.mapping.size >= nbytes]
         if fitting:
             slot = min(fitting, key=lambda s: s.mapping.size)
-        elif len(self.slots) < self.count or free:
-            if free:  # replace the smallest free slot by a bigger one
-                old = min(free, key=lambda s: s.mapping.size)
-                self.slots.remove(old)
-                self._destroy(old)
-            slot = Slot(Mapping(os.path.join(SHM_DIR, f"{self._prefix}{next(self._names)}"), bucket(nbytes), True))
-            self.slots.append(slot)
         else:
-            raise Busy("the device queue is full; retry shortly")
+            size = bucket(nbytes)
+            if size > self.budget:
+                raise PayloadTooLarge(
+                    f"the request needs a {size}-byte tensor slot; this service's slots may hold {self.budget} bytes "
+                    "in all (VKACT_SLOT_BYTES)"
+                )
+            busy = [s for s in self.slots if s.busy]
+            if len(busy) >= self.count or sum(s.mapping.size for s in busy) + size > self.budget:
+                raise Busy("the device queue is full (or its tensor memory is taken by requests in flight); retry shortly")
+            # The smallest free slot gives way to the bigger one; then, while over the budget, the
+            # other free slots, least recently used first.
+            if free:
+                smallest = min(free, key=lambda s: s.mapping.size)
+                free.remove(smallest)
+                self._remove(smallest)
+            for old in sorted(free, key=lambda s: s.used):
+                if self.bytes + size <= self.budget:
+                    break
+                self._remove(old)
+            slot = Slot(Mapping(os.path.join(SHM_DIR, f"{self._prefix}{next(self._names)}"), size, True))
+            self.slots.append(slot)
         slot.busy = True
+        slot.used = self._epoch
         return slot
+
+    def trim(self) -> int:
+        """Remove the free slots not taken since the last trim (called every idle_release_s, so shared
+        memory goes back within two periods). Returns how many were removed."""
+        idle = [s for s in self.slots if not s.busy and s.used < self._epoch]
+        for slot in idle:
+            self._remove(slot)
+        self._epoch += 1
+        return len(idle)
 
     @property
     def in_use(self) -> int:
         return sum(s.busy for s in self.slots)
+
+    def _remove(self, slot: Slot) -> None:
+        self.slots.remove(slot)
+        self._destroy(slot)
 
     def _destroy(self, slot: Slot) -> None:
         os.unlink(slot.mapping.path)

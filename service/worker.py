@@ -26,7 +26,7 @@ import numpy as np
 from . import framing
 from .config import Settings
 from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor
-from .errors import DeviceFailure, VkactError
+from .errors import DeviceFailure, VkactError, WorkerLost
 from .framing import Template
 from .operators import OperatorDesc
 from .slots import SlotPool, align, Slot
@@ -167,7 +167,8 @@ class DeviceWorker:
         self._inflight: dict[int, _Job] = {}
         self._inflight_batches = 0
         self._window = _Window(IN_FLIGHT)
-        self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget)
+        self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget, settings.slot_bytes)
+        self._trimmed_at = time.monotonic()
         self._templates = _TemplateIds()
         self._proc: mp.process.BaseProcess | None = None
         self._conn: Connection | None = None
@@ -218,12 +219,26 @@ class DeviceWorker:
         if self._closing:
             return
         self._watchdog = asyncio.get_running_loop().call_later(WATCH_INTERVAL_S, self._watch)
+        if time.monotonic() - self._trimmed_at >= self.settings.idle_release_s:
+            self._trim()
         if not self._inflight or self._proc is None or not self._proc.is_alive():
             return
         running = time.perf_counter() - min(job.started_at for job in self._inflight.values())
         if running > self.settings.device_timeout_s:
             log.error("a job has been on the device for %.0f s (device_timeout_s %g): killing the device worker", running, self.settings.device_timeout_s)
             self._proc.kill()  # _on_exit fails its jobs and starts another
+
+    def _trim(self) -> None:
+        """Return idle memory: this side's unused slots, and (told by a message) the engine's buffers."""
+        self._trimmed_at = time.monotonic()
+        removed = self._pool.trim()
+        if removed:
+            log.info("removed %d idle tensor slot(s)", removed)
+        if self._conn is not None and self._ready.is_set():
+            try:
+                framing.send(self._conn.fileno(), "trim")
+            except OSError:
+                pass
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         await asyncio.wait_for(self._ready.wait(), timeout)
@@ -426,7 +441,7 @@ class DeviceWorker:
         for job in self._inflight.values():
             job.release()
             if not job.future.done():
-                job.future.set_exception(DeviceFailure(f"the device worker exited (code {code}) while running this request"))
+                job.future.set_exception(WorkerLost(f"the device worker exited (code {code}) while running this request; it is restarting, retry"))
         for _ in range(self._inflight_batches):
             self._window.release()
         self._inflight.clear()

@@ -102,6 +102,12 @@ class _Engines:
                 pass
         return framing.encode("done", [reply])
 
+    def trim(self) -> None:
+        """Free what the engines have not used since the last trim (idle_release_s apart)."""
+        for engine in (self.main, self.small):
+            if engine is not None:
+                engine.trim()  # a replayer of a freed plan says so, and its job runs whole again
+
     def forget(self, mappings: dict[str, Mapping], path: str) -> None:
         """Unmap a slot that the HTTP side replaced, with the templates on it and their views."""
         for tid in [t for t, template in self._templates.items() if template[1] == path]:
@@ -237,6 +243,8 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
             engines.define(msg[1], msg[2])
         elif msg[0] == "forget":
             engines.forget(mappings, msg[1])
+        elif msg[0] == "trim":
+            engines.trim()
         else:  # "run": a batch
             framing.send(fd, "done", engines.run_jobs(mappings, msg[1]))
     engines.close()

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from ..config import Settings
 from ..shared_memory import SharedMemoryRegistry
 from ..slots import SHM_DIR, owner_tag
+from ..supervisor import registry_owner
 from ..worker import DeviceWorker
 from . import errors, health, openapi, v1, v2, v2_shm
 from .header_cache import HeaderCache
@@ -35,9 +36,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,  # openapi.install
                   description="DirectML's activation operators on any Vulkan device")
-    # One registration file per server, shared by its HTTP processes (their parent, with --workers > 1).
-    server = os.getppid() if settings.workers > 1 else os.getpid()
-    registry = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{owner_tag(server)}.json"))
+    # One registration file per server, shared by its HTTP processes and kept across their restarts.
+    server = registry_owner(settings.workers)
+    registry = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{owner_tag(server)}.json"), settings.max_shm_regions)
     runtime = app.runtime = Runtime(settings, Metrics(), registry, HeaderCache(), HeaderCache())
     errors.install(app)
     app.include_router(v1.router)

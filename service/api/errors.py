@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect
 
 from client.codec import CodecError
 
-from ..errors import Busy, VkactError
+from ..errors import VkactError
 from ..operators import OPERATORS, descriptor_error
 from .execution import OPERATOR_KEY
 from .runtime import runtime
@@ -65,7 +65,8 @@ def _answer(request: Request, status: int, message: str, field: str | None = Non
 async def _vkact_error(request: Request, exc: VkactError) -> JSONResponse:
     if exc.status >= 500:
         log.error("%s %s: %s", request.method, request.url.path, exc.message)
-    headers = {"Retry-After": "1"} if isinstance(exc, Busy) else getattr(exc, "headers", None)
+    # Every 503 (queue full, worker starting or lost) is transient: clients retry after Retry-After.
+    headers = {"Retry-After": "1"} if exc.status == 503 else getattr(exc, "headers", None)
     return _answer(request, exc.status, exc.message, exc.field, headers)
 
 

@@ -22,7 +22,7 @@ from client.codec import (
 )
 
 from ..config import Settings
-from ..descriptors import IMPLEMENTED_LEVEL
+from ..descriptors import IMPLEMENTED_LEVEL, TensorDesc
 from ..descriptors import FeatureLevel as Level
 from ..errors import DescriptorError, NotReady
 from ..operators import OperatorDesc, descriptor_error, parse_operator
@@ -96,12 +96,14 @@ def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tupl
         if name not in req.Inputs:
             raise DescriptorError(f"Inputs.{name}", f"data for {name} is missing")
     op.check_execution(req.InPlace, max_tensor_bytes)
+    _check_output_bounded(op)
     entries = [(f"Inputs.{name}", data) for name, data in req.Inputs.items()]  # binary bytes come in this order
     slices = binary_slices(entries, tail)
     dtype = op.data_type.info.numpy
     buffers = []
     for name, desc in zip(op.input_fields, op.inputs):
         field = f"Inputs.{name}"
+        _check_covered(req.Inputs[name], desc, name)
         buffers.append(decode_data(req.Inputs[name], dtype, desc.total_bytes, desc.span_bytes(), field, slices.get(field)))
     encoding = req.ResponseEncoding or (Encoding.BINARY if len(tail) or slices else encoding_of(entries[0][1], entries[0][0]))
     binary = None
@@ -112,6 +114,33 @@ def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tupl
             offset += len(slices[field])
         binary = [where[f"Inputs.{name}"] for name in op.input_fields]
     return Parsed(req, op, pickled(op), encoding, binary), buffers
+
+
+def _check_covered(data: Any, desc: TensorDesc, name: str) -> None:
+    """JSON values must fill the buffer the descriptor declares (up to its rounding to 4 bytes): a
+    larger TotalTensorSizeInBytes would make the service compute and return bytes nobody sent.
+    (Binary and base64 data must be exactly TotalTensorSizeInBytes long: decode_data checks that.)"""
+    if not isinstance(data, list):
+        return
+    sent = len(data) * desc.DataType.info.size
+    if sent >= desc.span_bytes() and -(-sent // 4) * 4 < desc.total_bytes:
+        raise DescriptorError(
+            f"Operator.{name}.TotalTensorSizeInBytes",
+            f"TotalTensorSizeInBytes is {desc.total_bytes}, but the {len(data)} values sent for {name} fill {sent} bytes: "
+            "send data for the whole buffer, or declare it smaller",
+        )
+
+
+def _check_output_bounded(op: OperatorDesc) -> None:
+    """The output buffer may be declared larger than it needs (DirectML allows it) only as far as the
+    data sent: up to the largest input buffer, which the inputs' data must fill."""
+    largest_input = max(desc.total_bytes for desc in op.inputs)
+    if op.output.total_bytes > max(op.output.min_bytes, largest_input):
+        raise DescriptorError(
+            f"{op.output_field}.TotalTensorSizeInBytes",
+            f"{op.output_field} declares {op.output.total_bytes} bytes, more than it needs ({op.output.min_bytes}) "
+            f"and than the largest input buffer ({largest_input}): an output may not be larger than the data sent",
+        )
 
 
 @router.post("/execute", summary="Run one DirectML activation operator on the device")

@@ -20,7 +20,7 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
 from ..errors import InvalidRequest, NotReady
 from ..operators import OperatorDesc
-from ..shared_memory import SharedMemoryRegistry
+from ..shared_memory import Region, SharedMemoryRegistry
 from ..worker import pickled
 from .execution import answered, binary_frame, count_against, read_body, run_on_device
 from .header_cache import HeaderCache
@@ -158,23 +158,23 @@ async def unload_model(model: str) -> Response:
 
 
 class _Regions:
-    """The shared memory regions one request uses, each mapped once and let go when the request ends."""
+    """The shared memory regions one request uses, each opened once and closed when the request ends."""
 
     def __init__(self, registry: SharedMemoryRegistry) -> None:
         self._registry = registry
         self._stack = ExitStack()
-        self._arrays: dict[str, np.ndarray] = {}
+        self._opened: dict[str, Region] = {}
 
-    def __call__(self, name: str) -> np.ndarray:
-        if name not in self._arrays:
-            self._arrays[name] = self._stack.enter_context(self._registry.use(name))
-        return self._arrays[name]
+    def __call__(self, name: str) -> Region:
+        if name not in self._opened:
+            self._opened[name] = self._stack.enter_context(self._registry.use(name))
+        return self._opened[name]
 
     def __enter__(self) -> _Regions:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._arrays.clear()  # no view of a mapping may outlive it: a mapping being unregistered closes now
+        self._opened.clear()
         self._stack.close()
 
 
@@ -237,7 +237,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         if parsed is not None:
             buffers, plans = parsed.buffers(tail), parsed.plans
         else:
-            buffers = decode_inputs(op, req, tail, region)
+            buffers = await decode_inputs(op, req, tail, region)
             plans = plan_outputs(op, req, region)
             if key is not None and (parsed := _Parsed.of(req, op, plans)) is not None:
                 cache.put(key, parsed)

@@ -17,6 +17,7 @@ from client.codec import HEADER_LENGTH, CodecError, split_frame
 
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, descriptor_error, parse_operator, short_name
+from ..shared_memory import Region
 from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
 
 RESERVED = {"sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
@@ -228,9 +229,9 @@ def _int_param(params: dict, key: str, field: str, default: int | None = None) -
     return value
 
 
-def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, region: Callable[[str], np.ndarray]) -> list[np.ndarray]:
-    """Each input's buffer, in the descriptor's order. ``region(name)`` maps a registered shared memory
-    region; its bytes are handed to the worker as they are (the worker copies them into its slot)."""
+async def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, region: Callable[[str], Region]) -> list[np.ndarray]:
+    """Each input's buffer, in the descriptor's order. ``region(name)`` opens a registered shared memory
+    region; its bytes are read (pread, never mapped: see shared_memory) into the buffer."""
     buffers: dict[str, np.ndarray] = {}
     offset = 0
     for i, tensor in enumerate(req.inputs):
@@ -265,7 +266,10 @@ def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, reg
             memory = region(name)
             if start + size > memory.nbytes:
                 raise InvalidRequest(f"offset {start} + byte size {size} runs past region {name!r} ({memory.nbytes} bytes)", field)
-            data = memory[start : start + size]
+            if size != nbytes:
+                raise InvalidRequest(f"{size} bytes given for {tensor.name!r}; shape {list(desc.Sizes)} of {tensor.datatype} is {nbytes} bytes", field)
+            buffers[tensor.name] = await memory.read(start, size, desc.total_bytes, f"{field}.parameters.shared_memory_region")
+            continue
         if size != nbytes:
             raise InvalidRequest(f"{size} bytes given for {tensor.name!r}; shape {list(desc.Sizes)} of {tensor.datatype} is {nbytes} bytes", field)
         buffers[tensor.name] = padded(data, desc.total_bytes)

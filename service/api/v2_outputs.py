@@ -13,7 +13,8 @@ from client.codec import Encoding, encode_data
 
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc
-from ..worker import Result, copy_into
+from ..shared_memory import Region
+from ..worker import Result
 from .execution import binary_frame
 from .json_text import dumps
 from .metrics import MODEL_VERSION
@@ -29,6 +30,7 @@ class OutputPlan:
     region: str | None = None
     offset: int = 0
     byte_size: int = 0
+    field: str | None = None  # the request's field that names the region
 
 
 def _flag(params: dict, key: str, default: bool, field: str) -> bool:
@@ -38,7 +40,7 @@ def _flag(params: dict, key: str, default: bool, field: str) -> bool:
     return value
 
 
-def plan_outputs(op: OperatorDesc, req: InferenceRequest, region: Callable[[str], np.ndarray]) -> list[OutputPlan]:
+def plan_outputs(op: OperatorDesc, req: InferenceRequest, region: Callable[[str], Region]) -> list[OutputPlan]:
     """The outputs to return (all of them when the request names none), checked before any device work,
     shared memory regions included: each must hold the whole output."""
     binary = _flag(req.parameters or {}, "binary_data_output", False, "parameters")
@@ -70,7 +72,7 @@ def plan_outputs(op: OperatorDesc, req: InferenceRequest, region: Callable[[str]
             raise InvalidRequest(f"offset {offset} + byte size {size} runs past region {name!r} ({memory.nbytes} bytes)", field)
         if size < nbytes:
             raise InvalidRequest(f"shared_memory_byte_size {size} is smaller than output {out.name!r} ({nbytes} bytes)", field)
-        plans.append(OutputPlan(out.name, False, name, offset, size))
+        plans.append(OutputPlan(out.name, False, name, offset, size, f"{field}.parameters.shared_memory_region"))
     return plans
 
 
@@ -80,7 +82,7 @@ def output_bytes(op: OperatorDesc) -> int:
 
 
 async def encode_response(
-    model: str, op: OperatorDesc, req: InferenceRequest, request_id: str | None, plans: list[OutputPlan], result: Result, region: Callable[[str], np.ndarray]
+    model: str, op: OperatorDesc, req: InferenceRequest, request_id: str | None, plans: list[OutputPlan], result: Result, region: Callable[[str], Region]
 ) -> tuple[bytes | memoryview, int | None]:
     """The response body and, when some output is binary, the JSON header's length. Reads the result's
     slot, so it runs before the result is released."""
@@ -94,7 +96,7 @@ async def encode_response(
         if plan.region is not None:
             # No parameters, as Triton answers: its C++ client (perf_analyzer) reads any output's
             # parameters as a binary tensor's and stops on the missing binary_data_size.
-            await copy_into(region(plan.region)[plan.offset : plan.offset + nbytes], data)
+            await region(plan.region).write(plan.offset, data, plan.field)
         elif plan.binary:
             entry["parameters"] = {"binary_data_size": nbytes}
             binaries.append(data)

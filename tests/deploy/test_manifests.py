@@ -98,3 +98,17 @@ def test_compose_passes_every_service_setting_through():
     wanted = {f"VKACT_{name.upper()}" for name in Settings.model_fields if name not in build_time}
     for name, service in compose["services"].items():
         assert wanted <= set(service["environment"]), (name, wanted - set(service["environment"]))
+
+
+def test_containers_are_restarted_when_the_service_dies():
+    """Inside a container ``python -m service`` restarts its HTTP server; if the whole service dies
+    anyway (the supervisor killed, the container's memory limit), the orchestrator restarts it:
+    compose's restart policy, and Kubernetes' restartPolicy Always (the Deployment default; KServe
+    makes Deployments too)."""
+    compose = yaml.safe_load((DEPLOY.parent / "docker" / "compose.yaml").read_text())
+    for name, service in compose["services"].items():
+        assert service.get("restart") in ("unless-stopped", "always"), name
+    for path in MANIFESTS:
+        for doc in documents(path):
+            for spec in pod_specs(doc):
+                assert spec.get("restartPolicy", "Always") == "Always", path

@@ -254,3 +254,39 @@ def test_descriptors_that_cannot_run_end_to_end_are_refused(engine, op):
     buffers = [np.zeros(d.total_bytes, np.uint8) for d in op.inputs]
     with pytest.raises(InvalidRequest):
         engine.execute_batch(op, [(buffers, np.zeros(op.output.total_bytes, np.uint8))] * 2, key=pickle.dumps(op))
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+def test_pipelines_are_capped_least_recently_used_out(keyed):
+    """Many distinct descriptors (operators, types, layouts, sizes) keep at most max_pipelines compiled
+    pipelines; a dropped pipeline takes its plans along, and every result stays right."""
+    engine = Engine(Settings(max_pipelines=8))
+    kinds = ["SHRINK", "CELU", "SOFTSIGN", "SCALED_TANH", "ELU", "TANH"]
+    try:
+        for i in range(60):
+            kind, dtype = kinds[i % len(kinds)], (np.float32, np.float16)[i % 2]
+            sizes, strides = ((i + 3, 5), (1, i + 3)) if i % 3 == 0 else ((64 * (i + 1),), None)
+            x = np.random.default_rng(i).standard_normal(sizes).astype(dtype)
+            op = make_op(kind, dtype, sizes, strides)
+            assert_matches(run(engine, op, x, keyed=keyed), op.reference(x), 4 if dtype is np.float32 else 1)
+            assert len(engine._algorithms) <= 8
+            assert all(plan.prepared.algorithm in [a for a, _ in engine._algorithms.values()] for plan in engine._plans.values())
+        assert engine.stats.pipelines_destroyed >= engine.stats.pipelines_created - 8 > 0
+    finally:
+        engine.close()
+
+
+def test_trim_frees_what_was_not_used_since_the_last_trim(engine):
+    big, small = make_op("SOFTSIGN", np.float32, (1 << 18,)), make_op("SOFTSIGN", np.float32, (100,))
+    xb, xs = np.ones(1 << 18, np.float32), np.ones(100, np.float32)
+    run(engine, big, xb, keyed=True)
+    run(engine, small, xs, keyed=True)
+    engine.trim()                        # both used since the start: kept
+    assert engine._pool_bytes > 1 << 20
+    run(engine, small, xs, keyed=True)
+    engine.trim()                        # the big one was idle for a whole period: freed
+    assert 0 < engine._pool_bytes < 1 << 20 and bucket(1 << 20) not in engine._slots
+    assert_matches(run(engine, big, xb, keyed=True), big.reference(xb), 2)  # and made again when needed
+    engine.trim()
+    engine.trim()
+    assert engine._pool_bytes == 0 and not engine._algorithms and not engine._plans

@@ -30,11 +30,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(**settings: object) -> Server:
+def start_server(wrap: tuple[str, ...] = (), supervised: bool = False, **settings: object) -> Server:
+    """``wrap``: a command that execs the server's command line given as its arguments (unshare ...).
+    Unsupervised by default: the process is then the HTTP server itself, which tests look into."""
     port = free_port()
     env = {**os.environ, **{f"VKACT_{k.upper()}": str(v) for k, v in settings.items()}}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), "--log-level", "warning"],
+        [*wrap, sys.executable, "-m", "service", "--port", str(port), "--log-level", "warning", *([] if supervised else ["--no-supervise"])],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"

@@ -1,0 +1,108 @@
+"""Processes that die: the device worker under in-flight requests (a transient 503 with Retry-After,
+not a 500), and the HTTP process itself (the supervisor of ``python -m service`` restarts it)."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.service.conftest import start_server, stop_server
+from tests.service.helpers import binary_request, request_body
+from tests.service.test_load import await_restarted_worker, one_request, worker_pid
+
+
+def gauge(client: httpx.Client, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", client.get("/metrics").text, re.M)
+    assert match, name
+    return float(match[1])
+
+
+@pytest.mark.timeout(120)
+def test_in_flight_requests_of_a_dying_worker_get_503_with_retry_after():
+    server = start_server()
+    try:
+        with server.client() as client, ThreadPoolExecutor(2) as pool:
+            one_request(client, 1)
+            pid = worker_pid(server)
+            os.kill(pid, signal.SIGSTOP)  # the jobs reach its pipe and stay there
+            x = np.ones(64, np.float32)
+            body, headers = binary_request(request_body("SOFTSIGN", x), x.view(np.uint8))
+            with server.client() as other:
+                answers = [pool.submit(c.post, "/v1/execute", content=body, headers=headers) for c in (client, other)]
+                for _ in range(600):
+                    if gauge(client, "vkact_queue_depth") == 2:
+                        break
+                    time.sleep(0.01)
+                os.kill(pid, signal.SIGKILL)
+                responses = [a.result(60) for a in answers]
+            for response in responses:
+                assert response.status_code == 503, response.text
+                assert response.headers["retry-after"] == "1"
+                assert "device worker exited" in response.json()["error"]
+            await_restarted_worker(client, 60)
+            for i in range(3):
+                one_request(client, i)
+            assert 'vkact_errors_total{code="500"}' not in client.get("/metrics").text
+    finally:
+        stop_server(server)
+
+
+def http_child(server) -> int:
+    """The supervised HTTP server: the supervisor's one child."""
+    children = [int(p) for p in os.popen(f"pgrep -P {server.process.pid}").read().split()]
+    assert len(children) == 1, children
+    return children[0]
+
+
+@pytest.mark.timeout(180)
+def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive():
+    """``python -m service`` supervises its HTTP server: SIGKILL it (as SIGBUS or the OOM killer would)
+    and a new one serves, the dead one's slot files are gone, the shared-memory registrations are kept;
+    SIGTERM to the supervisor stops both and removes the registry."""
+    server = start_server(supervised=True)
+    key = f"/vk_test_{os.getpid()}_sup"
+    x = np.linspace(-2, 2, 64, dtype=np.float32)
+    with open(f"/dev/shm{key}", "wb") as f:
+        f.write(x.tobytes() * 2)
+    try:
+        with server.client() as client:
+            assert client.post("/v2/systemsharedmemory/region/kept/register", json={"key": key, "byte_size": 2 * x.nbytes}).status_code == 200
+            one_request(client, 1)
+            first = http_child(server)
+            slots = [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-{first}-")]
+            assert slots
+            os.kill(first, signal.SIGKILL)
+            deadline = time.monotonic() + 90
+            while True:  # until a new HTTP process answers ready
+                assert time.monotonic() < deadline, "the HTTP server was not restarted"
+                try:
+                    if client.get("/health/ready").status_code == 200 and http_child(server) != first:
+                        break
+                except (httpx.TransportError, AssertionError):
+                    pass
+                time.sleep(0.2)
+            assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-{first}-")]
+            assert [r["name"] for r in client.get("/v2/systemsharedmemory/status").json()] == ["kept"]
+            body = {"inputs": [{"name": "InputTensor", "shape": [64], "datatype": "FP32",
+                                "parameters": {"shared_memory_region": "kept", "shared_memory_byte_size": x.nbytes}}],
+                    "outputs": [{"name": "OutputTensor", "parameters": {"shared_memory_region": "kept", "shared_memory_byte_size": x.nbytes,
+                                                                        "shared_memory_offset": x.nbytes}}]}
+            assert client.post("/v2/models/relu/infer", json=body).status_code == 200
+            with open(f"/dev/shm{key}", "rb") as f:
+                np.testing.assert_array_equal(np.frombuffer(f.read(), np.float32)[64:], np.maximum(x, 0))
+            one_request(client, 2)
+        registry = [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-regions-{server.process.pid}-")]
+        assert registry
+        server.process.terminate()
+        assert server.process.wait(30) == 0
+        assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-regions-{server.process.pid}-")]
+    finally:
+        if server.process.poll() is None:
+            stop_server(server)
+        os.unlink(f"/dev/shm{key}")
