@@ -120,7 +120,7 @@ def run_kernels(args: argparse.Namespace) -> None:
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("Machine", _machine()),
         ("Device", f"{d.name}; type {d.type}; driver {d.driver_name} {d.driver_info}; Vulkan {d.api_version}; tensors in {engine.memory} memory"),
-        ("Kernels", f"local size {engine.settings.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
+        ("Kernels", f"local size {engine.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
                     f"best (median) of {args.repeat} runs after {WARMUP} warm-up runs"),
         ("Peers", "; ".join(f"{name} {v}" if v else f"{name} not installed" for name, v in versions.items())
                   + " (numpy runs on one thread; the others use their default thread pools)"),

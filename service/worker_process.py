@@ -216,7 +216,7 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
         "memory": engine.memory,
         "max_tensor_bytes": engine.max_tensor_bytes,
         "max_workgroup_count": engine.max_workgroup_count,
-        "local_size": engine.settings.local_size,
+        "local_size": engine.local_size,
         "shader_variants": variants,
         "pid": os.getpid(),
         "pinned_cpu": cpu,

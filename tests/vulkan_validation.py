@@ -73,7 +73,7 @@ class ValidationLog:
         self._offset += len(text[: end + len(mark)].encode(errors="replace"))
         chunk = text[:end]
         found = [line for line in chunk.splitlines() if line.strip() and not line.startswith(MARK)]
-        errors = [line for line in found if "Error" in line or "VUID" in line or "SYNC-HAZARD" in line]
+        errors = [line for line in found if "Validation Error" in line]
         self.errors_total += len(errors)
         return errors
 
