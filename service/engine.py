@@ -378,6 +378,7 @@ class Engine:
             elements, exits and the strided index loops), the butterfly, the workgroup's fold."""
             mine = -(-items // lanes)
             sweep = -(-mine // unroll) + unroll + -(-loose // lanes) + 3
+            sweep += mine * per_item if unroll == 1 and rl.packed else 0   # the rolled unit loop
             sweep += mine * inner_index + outer_index if not rl.packed else 0
             fold = -(-local // max(subgroup, 1)) if lanes == local else 0
             return 2 * sweep + 8 + fold

@@ -244,10 +244,22 @@ uint loose_index(Span s, uint q) { return q < s.head ? q : pc.row_len - s.tail +
 #error "define UNROLL as 1 or 4"
 #endif
 
+// Element k (0 .. UNIT_LEN-1) of a unit's words.
+float unit_elem(uvec4 w, uint k) {
+#if defined(DTYPE_F32)
+    return uintBitsToFloat(w[k]);
+#else
+    return f16_to_f32((w[k >> 1] >> ((k & 1u) * 16u)) & 0xffffu);
+#endif
+}
+
 void acc_unit(inout ACC_T acc, Span s, uint u) {
     uvec4 w = in_units[s.first_unit + u];
     uint i = s.head + u * UNIT_LEN;
-#if defined(DTYPE_F32)
+#if UNROLL == 1
+    // Rolled (see UNROLL): one copy of acc_add in the code, not 4 or 8.
+    for (uint k = 0u; k < UNIT_LEN; k++) acc_add(acc, unit_elem(w, k), i + k);
+#elif defined(DTYPE_F32)
     acc_add4(acc, uintBitsToFloat(w), i);
 #else
     acc_add4(acc, vec4(f16_to_f32(w.x & 0xffffu), f16_to_f32(w.x >> 16), f16_to_f32(w.y & 0xffffu), f16_to_f32(w.y >> 16)), i);
@@ -290,7 +302,18 @@ void write_unit(Span s, uint u, PREP_T p) {
 #else
     uvec4 w = in_units[s.first_unit + u];
 #endif
+#if UNROLL == 1
+    uvec4 o = uvec4(0u);
+    for (uint k = 0u; k < UNIT_LEN; k++) {
+        float y = result(unit_elem(w, k), i + k, p);
 #if defined(DTYPE_F32)
+        o[k] = floatBitsToUint(y);
+#else
+        o[k >> 1] |= f32_to_f16(y) << ((k & 1u) * 16u);
+#endif
+    }
+    out_units[s.first_unit + u] = o;
+#elif defined(DTYPE_F32)
     vec4 v = uintBitsToFloat(w);
     out_units[s.first_unit + u] = floatBitsToUint(vec4(
         result(v.x, i, p), result(v.y, i + 1u, p), result(v.z, i + 2u, p), result(v.w, i + 3u, p)));

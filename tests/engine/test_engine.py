@@ -210,7 +210,7 @@ def test_device_report(engine):
     """What the engine takes from the device's limits, on whatever device the run uses."""
     assert engine.max_workgroup_count == engine._mgr.get_device_properties()["max_work_group_count"][0] >= 65535
     assert engine.max_tensor_bytes == engine.device.max_storage_buffer_range // 16 * 16 - 16  # a vector of slack
-    assert Engine(Settings()).memory == ("device" if engine.device.type == "discrete-gpu" else "host")
+    assert engine.tuning.memory == ("device" if engine.device.type == "discrete-gpu" else "host")  # Settings.memory 'auto'
 
 
 def test_device_report_on_llvmpipe(engine):
