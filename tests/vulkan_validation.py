@@ -11,6 +11,7 @@ previous marker are the test's messages.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -126,9 +127,45 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if late:
             session.config.stash[_late] = late
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _write_run_report(session)
 
 
 _late = pytest.StashKey[list]()
+_outcomes: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Counts for the run report: a test's call outcome, or its set-up/teardown failure or skip."""
+    if report.when == "call" or report.outcome != "passed":
+        outcome = "error" if report.when != "call" and report.outcome == "failed" else report.outcome
+        _outcomes[outcome] = _outcomes.get(outcome, 0) + 1
+
+
+def _write_run_report(session: pytest.Session) -> None:
+    """With VKACT_RUN_REPORT=path: what this run ran on and its results, as JSON (scripts/tested_on.py
+    turns the reports of a portability run into the README's "Tested on" table)."""
+    path = os.environ.get("VKACT_RUN_REPORT")
+    if not path:
+        return
+    from service.vulkan_probe import choose, physical_devices
+
+    try:
+        d = choose(physical_devices(), os.environ.get("VKACT_DEVICE", "auto"))
+        device = {"device": d.name, "driver": d.driver_name, "driver_info": d.driver_info, "vulkan": d.api_version}
+    except LookupError as exc:
+        device = {"device": str(exc), "driver": "", "driver_info": "", "vulkan": ""}
+    report = {
+        **device,
+        "suite": os.environ.get("VKACT_RUN_SUITE", " ".join(session.config.args)),
+        "memory": os.environ.get("VKACT_TEST_MEMORY", "host,device").replace(",", " + ") + " (engine); "
+                  + os.environ.get("VKACT_MEMORY", "auto") + " (service)",
+        "validation": _log is not None,
+        "validation_errors": None if _log is None else _log.errors_total + len(session.config.stash.get(_late, [])),
+        "exit_status": int(session.exitstatus),
+        **{k: _outcomes.get(k, 0) for k in ("passed", "failed", "skipped", "error")},
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, indent=1) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
