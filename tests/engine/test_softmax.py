@@ -35,7 +35,10 @@ from tests.engine.test_properties import layouts
 from tests.helpers import assert_matches, make_op, run, tensor
 
 KINDS = ["SOFTMAX", "LOG_SOFTMAX", "HARDMAX"]
-F32_ULP = {"SOFTMAX": 6, "LOG_SOFTMAX": 4}
+# What Vulkan guarantees, not what one driver gives: 1 / x may be 2.5 ulp off and fma() need not be
+# fused (the exponential's polynomial then rounds twice a step). lavapipe's worst SOFTMAX was 6 ulp,
+# SwiftShader's 7 (long rows with a NaN or infinity elsewhere in the tensor).
+F32_ULP = {"SOFTMAX": 8, "LOG_SOFTMAX": 4}
 DTYPES = [np.float32, np.float16]
 DTYPE_IDS = ["f32", "f16"]
 
