@@ -50,47 +50,36 @@ if [[ ! -f $WHEEL ]]; then
   tar -xzf "$SDIST" -C "$WORK"
   SRC=$WORK/kp-$KP_VERSION
 
-  # Patch kp's setup.py; each patch must apply exactly once, else the sdist changed and we stop.
-  "$PY" - "$SRC/setup.py" <<'EOF'
-import pathlib, sys
-path = pathlib.Path(sys.argv[1])
-text = path.read_text()
-patches = [
-    # (1) Missing comma: the string literals concatenate, so -DPYTHON_EXECUTABLE never
-    #     reaches CMake and it may pick another interpreter than the venv's.
-    ("'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON'\n",
-     "'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON',\n"),
-    # (2) Built against pybind11 3.x, kp works with numpy 2; the numpy<2 pin would make
-    #     pip's resolver downgrade our numpy (pyproject pins numpy 2.x).
-    ('"numpy<2.0.0"', '"numpy"'),
-    # (3) `list += str` splits "16" into "1","6": append the job count as one argument, so
-    #     KOMPUTE_PYTHON_NUM_PARALLEL_THREADS bounds the otherwise unbounded `make -j`.
-    ("build_args += env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS']",
-     "build_args.append(env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS'])"),
-]
-for old, new in patches:
-    if text.count(old) != 1:
-        sys.exit(f"build-kp.sh: kp setup.py patch does not apply: {old!r}")
-    text = text.replace(old, new)
-path.write_text(text)
-EOF
-
-  # Patch kp's C++ (Vulkan correctness); each patch must apply exactly once.
-  "$PY" - "$SRC/src" <<'EOF'
+  # Patch kp's sources: setup.py (build bugs) and its C++ (Vulkan correctness). Each patch must apply
+  # exactly once, else the sdist changed and we stop.
+  "$PY" - "$SRC" <<'EOF'
 import pathlib, sys
 src = pathlib.Path(sys.argv[1])
 patches = {
-    # (1) Sequences re-record their command buffer (clear/record/eval), which needs a pool created
+    "setup.py": [
+        # (1) Missing comma: the string literals concatenate, so -DPYTHON_EXECUTABLE never
+        #     reaches CMake and it may pick another interpreter than the venv's.
+        ("'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON'\n",
+         "'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON',\n"),
+        # (2) Built against pybind11 3.x, kp works with numpy 2; the numpy<2 pin would make
+        #     pip's resolver downgrade our numpy (pyproject pins numpy 2.x).
+        ('"numpy<2.0.0"', '"numpy"'),
+        # (3) `list += str` splits "16" into "1","6": append the job count as one argument, so
+        #     KOMPUTE_PYTHON_NUM_PARALLEL_THREADS bounds the otherwise unbounded `make -j`.
+        ("build_args += env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS']",
+         "build_args.append(env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS'])"),
+    ],
+    # (4) Sequences re-record their command buffer (clear/record/eval), which needs a pool created
     #     with RESET_COMMAND_BUFFER (VUID-vkBeginCommandBuffer-commandBuffer-00050); Kompute's PR 392.
-    "Sequence.cpp": [
+    "src/Sequence.cpp": [
         ("vk::CommandPoolCreateInfo commandPoolInfo(vk::CommandPoolCreateFlags(),",
          "vk::CommandPoolCreateInfo commandPoolInfo(vk::CommandPoolCreateFlagBits::eResetCommandBuffer,"),
     ],
-    # (2) The dispatch's barrier made transfer writes (the staging uploads) visible to shader reads
+    # (5) The dispatch's barrier made transfer writes (the staging uploads) visible to shader reads
     #     only, but a kernel also writes buffers that were uploaded (in place, and outputs cleared
     #     before a strided kernel): a write-after-write race (SYNC-HAZARD-WRITE-AFTER-WRITE). One
     #     global barrier, transfer writes before shader reads and writes, covers every tensor.
-    "OpAlgoDispatch.cpp": [
+    "src/OpAlgoDispatch.cpp": [
         ("""    for (const std::shared_ptr<Tensor>& tensor :
          this->mAlgorithm->getTensors()) {
         tensor->recordPrimaryBufferMemoryBarrier(
@@ -112,11 +101,11 @@ patches = {
                                   nullptr);
 """),
     ],
-    # (3) The download's last barrier (transfer write -> host read) named the device buffer, not the
+    # (6) The download's last barrier (transfer write -> host read) named the device buffer, not the
     #     staging buffer that the copy wrote and the host reads; and a host-memory tensor, which the
     #     shader writes and the host reads directly, got none: a fence alone does not make device
     #     writes visible to the host. Both get theirs.
-    "OpTensorSyncLocal.cpp": [
+    "src/OpTensorSyncLocal.cpp": [
         ("""            this->mTensors[i]->recordPrimaryBufferMemoryBarrier(
               commandBuffer,
               vk::AccessFlagBits::eTransferWrite,
