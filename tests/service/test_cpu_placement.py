@@ -50,7 +50,9 @@ def test_dispatch_workgroups_is_what_prepare_makes(engine):
     ops += [make_op("SOFTMAX", np.float32, (1, 1024)), make_op("SOFTMAX", np.float32, (4096, 1024)), make_op("HARDMAX", np.float32, (3, 50000))]
     counts = [engine.dispatch_workgroups(op) for op in ops]
     assert counts == [engine.prepare(op).workgroups for op in ops]
-    assert counts[:2] == [1, 1] and counts[4] > 1 and counts[-2] > 1
+    assert counts[0] == 1 and counts[4] > 1 and counts[-2] > 1
+    if engine.tuning.small_dispatch_engine:   # llvmpipe: 1,024 elements are one workgroup, the inline engine's
+        assert counts[1] == 1
 
 
 def test_small_dispatches_run_on_the_inline_engine(engine):
