@@ -7,6 +7,8 @@
 #
 # usage: scripts/test-portability.sh [extra pytest args]
 # env:   VKACT_VENV (default .venv), VKACT_PORTABILITY_OUT (default .cache/portability)
+#        VKACT_PORTABILITY_ONLY=NAME[,NAME]  rerun these runs only (e.g. swiftshader-service), keeping
+#                                            the other reports of the previous run for the table
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${VKACT_VENV:-$PWD/.venv}/bin/python
@@ -24,12 +26,15 @@ die() { printf 'test-portability.sh: error: %s\n' "$*" >&2; exit 2; }
 [[ -f /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json ]] \
   || die "no Khronos validation layer (apt-get install vulkan-validationlayers; make setup does)"
 
-rm -rf "$OUT" && mkdir -p "$OUT"
+ONLY=${VKACT_PORTABILITY_ONLY:-}
+[[ -n $ONLY ]] || rm -rf "$OUT"
+mkdir -p "$OUT"
 failed=()
 
 # run NAME ICD SERVICE_MEMORY SUITE... : one pytest run under validation, its report in $OUT/NAME.json
 run() {
   local name=$1 icd=$2 memory=$3; shift 3
+  [[ -z $ONLY || ,$ONLY, == *,$name,* ]] || return 0
   printf '==> %s: %s (service memory %s)\n' "$name" "$*" "$memory"
   local started=$SECONDS
   ( ulimit -v "$ADDRESS_SPACE_KB"
