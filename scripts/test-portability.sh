@@ -35,11 +35,14 @@ failed=()
 run() {
   local name=$1 icd=$2 memory=$3; shift 3
   [[ -z $ONLY || ,$ONLY, == *,$name,* ]] || return 0
+  local suite=() arg
+  for arg in "$@"; do [[ $arg == tests/* && $arg != *::* ]] && suite+=("$arg"); done
+  [[ " $* " == *" --deselect "* ]] && suite+=("(less the clock-bound test)")
   printf '==> %s: %s (service memory %s)\n' "$name" "$*" "$memory"
   local started=$SECONDS
   ( ulimit -v "$ADDRESS_SPACE_KB"
     VK_ICD_FILENAMES=$icd VK_DRIVER_FILES=$icd VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host,device \
-    VKACT_MEMORY=$memory VKACT_RUN_REPORT=$OUT/$name.json VKACT_RUN_SUITE="$*" \
+    VKACT_MEMORY=$memory VKACT_RUN_REPORT=$OUT/$name.json VKACT_RUN_SUITE="${suite[*]}" \
     timeout -k 30 "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider "$@" "${EXTRA[@]}" ) || failed+=("$name")
   printf '    %s: %d s\n' "$name" $((SECONDS - started))
 }
@@ -49,9 +52,13 @@ EXTRA=("$@")
 # and descriptor tests once per driver: the service's device worker in device memory on lavapipe (where
 # `make test` covers host memory), in host memory on SwiftShader.
 run lavapipe-engine "$LAVAPIPE" auto tests/engine tests/conformance tests/glsl
-run lavapipe-service "$LAVAPIPE" device tests/service tests/client tests/descriptors
+# Left out here: the one test that bounds a latency by the clock (`make test` runs it); under the
+# validation layer the device worker's CPU time is mostly the layer's, and on 2 shared cores that
+# decides the probe's latency, not vkact (measured: 53 and 96 ms against its 50 ms bound).
+TIMED=(--deselect tests/service/test_load.py::test_liveness_answers_while_a_64_mib_request_computes)
+run lavapipe-service "$LAVAPIPE" device tests/service tests/client tests/descriptors "${TIMED[@]}"
 run swiftshader-engine "$SWIFTSHADER" auto tests/engine tests/conformance tests/glsl
-run swiftshader-service "$SWIFTSHADER" host tests/service tests/client tests/descriptors
+run swiftshader-service "$SWIFTSHADER" host tests/service tests/client tests/descriptors "${TIMED[@]}"
 
 "$PY" scripts/tested_on.py "$OUT"/*.json
 if ((${#failed[@]})); then

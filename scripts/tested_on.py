@@ -15,7 +15,8 @@ END = "<!-- tested-on: end -->"
 
 
 def row(report: dict) -> str:
-    version = " ".join(x for x in (report["driver_info"], f"Vulkan {report['vulkan']}") if x.strip())
+    parts = (report["driver_info"], f"Vulkan {report['vulkan']}", f"(Debian {report['package']})" if report.get("package") else "")
+    version = " ".join(x for x in parts if x.strip())
     counts = f"{report['passed']} passed, {report['failed']} failed, {report['skipped']} skipped"
     if report["error"]:
         counts += f", {report['error']} errors"

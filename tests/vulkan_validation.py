@@ -141,6 +141,21 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _outcomes[outcome] = _outcomes.get(outcome, 0) + 1
 
 
+def _driver_package() -> str:
+    """The Debian package (and version) of the one driver named by VK_ICD_FILENAMES, else ''."""
+    icds = [x for x in os.environ.get("VK_ICD_FILENAMES", "").split(":") if x]
+    if len(icds) != 1:
+        return ""
+    try:
+        library = Path(icds[0]).parent / json.loads(Path(icds[0]).read_text())["ICD"]["library_path"]
+        owner = subprocess.run(["dpkg", "-S", str(library.resolve())], capture_output=True, text=True, timeout=30)
+        name = owner.stdout.split(":", 1)[0].strip()
+        version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", name], capture_output=True, text=True, timeout=30)
+        return f"{name} {version.stdout.strip()}" if name and version.returncode == 0 else ""
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError):
+        return ""
+
+
 def _write_run_report(session: pytest.Session) -> None:
     """With VKACT_RUN_REPORT=path: what this run ran on and its results, as JSON (scripts/tested_on.py
     turns the reports of a portability run into the README's "Tested on" table)."""
@@ -156,6 +171,7 @@ def _write_run_report(session: pytest.Session) -> None:
         device = {"device": str(exc), "driver": "", "driver_info": "", "vulkan": ""}
     report = {
         **device,
+        "package": _driver_package(),
         "suite": os.environ.get("VKACT_RUN_SUITE", " ".join(session.config.args)),
         "memory": os.environ.get("VKACT_TEST_MEMORY", "host,device").replace(",", " + ") + " (engine); "
                   + os.environ.get("VKACT_MEMORY", "auto") + " (service)",
