@@ -34,9 +34,11 @@ command -v "$PY" >/dev/null || die "$PY not found: install Python >= 3.10 (Debia
 # Vulkan loader + lavapipe (CPU Vulkan driver, so everything runs without a GPU), glslang for
 # GLSL -> SPIR-V, and the toolchain/headers that build kp (cmake, make, g++, Vulkan headers, fmt).
 PKGS=(libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools cmake make g++ libfmt-dev)
-# The portability suite's second driver (SwiftShader, in Chromium's common files: 3 packages, about
-# 30 MB with --no-install-recommends) and the Khronos validation layer.
-PKGS+=(chromium-common vulkan-validationlayers)
+# For the tests (not --runtime-only): the portability suite's second driver (SwiftShader, in Chromium's
+# common files: 3 packages, about 30 MB with --no-install-recommends) and the Khronos validation layer.
+if [[ $EXTRAS == *test* ]]; then
+  PKGS+=(chromium-common vulkan-validationlayers)
+fi
 # Debian's own python3 splits out venv/ensurepip and the C headers kp is compiled against.
 if [[ $("$PY" -c 'import sys; print(sys.base_prefix)') == /usr ]]; then
   PKGS+=(python3-venv python3-dev)
