@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -23,6 +24,7 @@ import pytest
 ENABLED = os.environ.get("VKACT_VALIDATION") == "1"
 LAYER = "VK_LAYER_KHRONOS_validation"
 MARK = "vkact-validation-mark"
+LAYER_DIRS = ("/usr/share/vulkan/explicit_layer.d", "/etc/vulkan/explicit_layer.d", "/usr/local/share/vulkan/explicit_layer.d")
 MARK_WAIT_S = 30.0      # how long a marker may take through the FIFO (subprocess messages before it)
 
 
@@ -79,8 +81,11 @@ class ValidationLog:
         return errors
 
     def close(self) -> None:
+        """Stops the drain; the directory stays only when the layer reported errors (to read them)."""
         self.drain.terminate()
         self.drain.wait(timeout=10)
+        if self.errors_total == 0:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _log: ValidationLog | None = None
@@ -89,6 +94,8 @@ _log: ValidationLog | None = None
 def pytest_configure(config: pytest.Config) -> None:
     global _log
     if ENABLED and _log is None:
+        if not any(Path(d, "VkLayer_khronos_validation.json").is_file() for d in LAYER_DIRS):
+            raise pytest.UsageError("VKACT_VALIDATION=1 needs the Khronos validation layer: apt-get install vulkan-validationlayers")
         _log = ValidationLog()
 
 

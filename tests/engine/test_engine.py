@@ -88,8 +88,8 @@ def test_a_replayer_repeats_an_execution_on_the_bytes_now_in_its_buffers(engine,
     assert engine.stats.dispatches == dispatches + 3
 
 
-def test_a_replayer_goes_stale_when_its_plan_is_dropped():
-    engine = Engine(Settings(pool_bytes=1 << 20))
+def test_a_replayer_goes_stale_when_its_plan_is_dropped(memory):
+    engine = Engine(Settings(pool_bytes=1 << 20, memory=memory))
     try:
         op = make_op("SOFTSIGN", np.float32, (50_000,))
         x = np.linspace(-4, 4, 50_000, dtype=np.float32).view(np.uint8)
