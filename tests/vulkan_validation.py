@@ -11,9 +11,11 @@ previous marker are the test's messages.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -26,6 +28,14 @@ LAYER = "VK_LAYER_KHRONOS_validation"
 MARK = "vkact-validation-mark"
 LAYER_DIRS = ("/usr/share/vulkan/explicit_layer.d", "/etc/vulkan/explicit_layer.d", "/usr/local/share/vulkan/explicit_layer.d")
 MARK_WAIT_S = 30.0      # how long a marker may take through the FIFO (subprocess messages before it)
+
+
+def _die_with_parent() -> None:
+    """In the drain's process before exec: Linux ends it when pytest ends, however pytest ends."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class ValidationLog:
@@ -45,7 +55,8 @@ class ValidationLog:
             "khronos_validation.duplicate_message_limit = 20\n"
         )
         # `0<>` opens the FIFO read-write: cat never sees end-of-file between writers.
-        self.drain = subprocess.Popen(["sh", "-c", 'exec cat 0<>"$0" >>"$1"', str(self.fifo), str(self.log)])
+        self.drain = subprocess.Popen(["sh", "-c", 'exec cat 0<>"$0" >>"$1"', str(self.fifo), str(self.log)],
+                                      preexec_fn=_die_with_parent)
         self._offset = 0
         self._marks = 0
         self.errors_total = 0
