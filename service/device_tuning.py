@@ -4,7 +4,8 @@ Everything tuned so far was measured on llvmpipe (lavapipe) on a 2-core machine.
 where they were measured and nowhere else: llvmpipe gets its measured paths, another CPU driver
 (SwiftShader) the CPU facts that do not depend on the driver (its workgroups run on threads that share
 the cores with the HTTP process), and a GPU what a GPU needs (device-local memory behind staging on a
-discrete one, one unit per invocation, as many workgroups as the work takes, no CPU pinning or niceness).
+discrete one, one unit per invocation, as many workgroups as the work takes, larger batches, no CPU
+pinning or niceness).
 """
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ LLVMPIPE_UNROLL = 4
 # of a workgroup through the whole loop, so about four steps amortise the workgroup's set-up without
 # scattering its loads (measured: 9.5 GB/s against 7.9 at one step and 2.4 at 64).
 LLVMPIPE_UNITS_PER_INVOCATION = 4
+# Queued requests of one descriptor that run as one dispatch (Settings.max_batch 0, the default): on a
+# CPU driver each batched job's elements cost as much as alone, the batch saves one submission and
+# one message per job, and 8 was where 8 clients stopped gaining (measured on llvmpipe). A GPU runs a
+# batch's extra elements almost for free next to a submission, so it takes larger batches; 32 is a
+# default reasoned from that, not measured yet (no GPU has run vkact): VKACT_MAX_BATCH overrides it.
+CPU_MAX_BATCH = 8
+GPU_MAX_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class Tuning:
     small_dispatch_engine: bool     # a second llvmpipe engine without its compute pool (worker_process)
     pin_cpu: bool                   # pin_cpu 'auto' pins the latency path (cpu_placement)
     nice_driver_threads: bool       # the driver's threads run at worker_nice
+    max_batch: int                  # Settings.max_batch 0: queued jobs of one descriptor per dispatch
 
 
 def tuning_for(device: PhysicalDevice) -> Tuning:
@@ -48,6 +57,7 @@ def tuning_for(device: PhysicalDevice) -> Tuning:
         small_dispatch_engine=llvmpipe,
         pin_cpu=cpu,
         nice_driver_threads=cpu,
+        max_batch=CPU_MAX_BATCH if cpu else GPU_MAX_BATCH,
     )
 
 

@@ -182,6 +182,11 @@ class DeviceWorker:
     # -- lifecycle ----------------------------------------------------------------------------------
 
     @property
+    def max_batch(self) -> int:
+        """Jobs per dispatch: the setting, or the device's default (the worker's ready report)."""
+        return self.settings.max_batch or (self.info["max_batch"] if self.info else 1)
+
+    @property
     def ready(self) -> bool:
         return self._ready.is_set()
 
@@ -294,7 +299,7 @@ class DeviceWorker:
             self._window.take()
             self._send([job])
         else:  # queued: it may run in one dispatch with others of its descriptor
-            job.batchable = self.settings.max_batch > 1 and sum(sizes) <= BATCH_BYTES and op.concatenable
+            job.batchable = self.max_batch > 1 and sum(sizes) <= BATCH_BYTES and op.concatenable
             job.waiting = waiting
             if waiting is not None:
                 waiting(1)
@@ -340,7 +345,7 @@ class DeviceWorker:
         small, up to max_batch in all (dynamic batching: one submission and one message for many
         requests when they arrive faster than the device answers them one by one)."""
         batch: list[_Job] = []
-        while job.batchable and self._queue and len(batch) + 1 < self.settings.max_batch:
+        while job.batchable and self._queue and len(batch) + 1 < self.max_batch:
             nxt = self._queue[0]
             if nxt.future.done():  # dropped, here as in _dispatch
                 self._queue.popleft()

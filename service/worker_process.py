@@ -232,6 +232,7 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
         "pid": os.getpid(),
         "pinned_cpu": cpu,
         "small_dispatch_engine": small is not None,
+        "max_batch": config.max_batch or tuning.max_batch,
     })
     mappings: dict[str, Mapping] = {}
     reader = framing.Reader(fd)

@@ -240,7 +240,7 @@ async def device(worker: WorkerDep, settings: SettingsDep) -> dict[str, Any]:
         "workgroup_size": info["local_size"],
         "feature_level": IMPLEMENTED_LEVEL.value,
         "queue_size": settings.queue_size,
-        "max_batch": settings.max_batch,
+        "max_batch": worker.max_batch,
         "worker_restarts": worker.restarts,
         "pinned_cpu": info.get("pinned_cpu"),  # the event loop's and the job thread's CPU (VKACT_PIN_CPU)
         "small_dispatch_engine": info.get("small_dispatch_engine", False),  # llvmpipe: one-workgroup dispatches without its compute pool

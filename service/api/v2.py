@@ -137,6 +137,8 @@ async def repository_index(request: Request) -> list[dict[str, Any]]:
             options = None
         if not isinstance(options, dict):
             raise InvalidRequest("the body must be empty or a JSON object such as {\"ready\": true}")
+    if not isinstance(options.get("ready", False), bool):  # as Triton: not a filter quietly ignored
+        raise InvalidRequest(f"ready must be true or false, got {options['ready']!r}", "ready")
     only_ready = options.get("ready") is True
     state = "READY" if _ready(request) else "UNAVAILABLE"
     if only_ready and state != "READY":

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from service.device_tuning import LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNROLL, tuning_for, workgroup_size
+from service.device_tuning import CPU_MAX_BATCH, GPU_MAX_BATCH, LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNROLL, tuning_for, workgroup_size
 from service.vulkan_probe import PhysicalDevice
 
 BASE = PhysicalDevice(index=0, name="", type="cpu", vendor_id=0, device_id=0, api_version="1.3.0", driver_name="",
@@ -23,6 +23,7 @@ def test_llvmpipe_takes_every_path_measured_on_it():
     assert t.memory == "host" and t.units_per_invocation == 4 and t.cpu_workgroups
     assert t.loop_budget == LLVMPIPE_LOOP_BUDGET and t.reduction_unroll == LLVMPIPE_UNROLL
     assert t.small_dispatch_engine and t.pin_cpu and t.nice_driver_threads
+    assert t.max_batch == CPU_MAX_BATCH == 8
 
 
 def test_another_cpu_driver_gets_the_cpu_facts_but_none_of_llvmpipes_own():
@@ -30,6 +31,7 @@ def test_another_cpu_driver_gets_the_cpu_facts_but_none_of_llvmpipes_own():
     assert t.memory == "host" and t.cpu_workgroups and t.pin_cpu and t.nice_driver_threads
     assert t.units_per_invocation == 1 and t.loop_budget is None and t.reduction_unroll == 1
     assert not t.small_dispatch_engine
+    assert t.max_batch == CPU_MAX_BATCH
 
 
 @pytest.mark.parametrize("device, memory", [(DISCRETE, "device"), (INTEGRATED, "host")], ids=["discrete", "integrated"])
@@ -38,6 +40,7 @@ def test_a_gpu_gets_the_gpu_defaults(device, memory):
     assert t.memory == memory       # staging in front of VRAM on a discrete GPU; one memory on an integrated one
     assert t.units_per_invocation == 1 and not t.cpu_workgroups and t.loop_budget is None and t.reduction_unroll == 1
     assert not (t.small_dispatch_engine or t.pin_cpu or t.nice_driver_threads)
+    assert t.max_batch == GPU_MAX_BATCH > CPU_MAX_BATCH  # larger batches: a GPU's extra elements are nearly free
 
 
 @pytest.mark.parametrize("wanted, invocations, size_x, expected", [

@@ -116,8 +116,8 @@ def test_the_service_pins_its_event_loop_and_job_thread(server, http):
 
 
 def test_the_worker_takes_its_devices_paths(http):
-    """The device worker's memory, workgroup size and small-dispatch engine are those device_tuning
-    gives its device (any driver the run uses)."""
+    """The device worker's memory, workgroup size, small-dispatch engine and batch size are those
+    device_tuning gives its device (any driver the run uses)."""
     from service.device_tuning import tuning_for
     from service.vulkan_probe import physical_devices
 
@@ -127,4 +127,5 @@ def test_the_worker_takes_its_devices_paths(http):
     asked = os.environ.get("VKACT_MEMORY", "auto")
     assert device["memory"] == (tuning.memory if asked == "auto" else asked)
     assert device["small_dispatch_engine"] == tuning.small_dispatch_engine
+    assert device["max_batch"] == (int(os.environ.get("VKACT_MAX_BATCH", "0")) or tuning.max_batch)
     assert device["workgroup_size"] & (device["workgroup_size"] - 1) == 0

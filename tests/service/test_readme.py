@@ -53,3 +53,14 @@ def test_python_examples(server, capsys):
     assert "[-2.5 -1.5  0.   0.   0.   1.5  2.5]" in out
     assert sum("grpcclient" in block for block in blocks) == 2  # the gRPC examples, binary and shared memory
     assert out.count("[-2.5 -1.5  0.   0.   0.   1.5  2.5]") >= 3 and "True" in out
+
+
+def test_configuration_table_names_every_setting():
+    """Every Settings field is a row of README's configuration table (as VKACT_<NAME>), and every
+    variable the table names is a setting the service reads."""
+    from service.config import Settings
+
+    table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(VKACT_[A-Z0-9_]+)`", table))
+    wanted = {f"VKACT_{name.upper()}" for name in Settings.model_fields}
+    assert wanted == named, (wanted - named, named - wanted)

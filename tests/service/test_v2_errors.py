@@ -197,6 +197,9 @@ def test_routing_errors_use_the_protocols_shape(http):
     assert_error(http.post("/v2/repository/index", content=b"[1]"), 400, "JSON object")
     assert_error(http.get("/v2/models/nope/ready"), 404, "unknown model")
     assert http.post("/v2/repository/index", json={"ready": True}).json()[0]["state"] == "READY"
+    for ready in ("yes", 1, None, [True]):  # a filter that is no boolean is refused, not ignored
+        assert_error(http.post("/v2/repository/index", json={"ready": ready}), 400, "ready must be true or false")
+    assert len(http.post("/v2/repository/index", json={"ready": False}).json()) == len(http.post("/v2/repository/index").json())
     # /v1 keeps its own shape
     assert http.get("/v1/nothing").json() == {"error": "Not Found", "field": None}
     deep = http.post("/v1/execute", content=b"[" * 100000 + b"]" * 100000, headers={"Content-Type": "application/json"})
