@@ -177,6 +177,7 @@ class DeviceWorker:
         self._dispatcher: asyncio.Task | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._closing = False
+        self._started_at = 0.0                      # monotonic time of the worker's start
         self.pinned_cpu: int | None = None           # the event loop's CPU, when pinned
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -203,6 +204,7 @@ class DeviceWorker:
         cpu = choose_cpu(self.settings.pin_cpu, self.settings.workers)
         self._proc = ctx.Process(target=worker_main, args=(child, self.settings.model_dump(), cpu, PROCESS_CPUS), name="vkact-device", daemon=True)
         self._proc.start()
+        self._started_at = time.monotonic()
         child.close()
         loop = asyncio.get_running_loop()
         loop.add_reader(parent.fileno(), self._on_message)
@@ -215,13 +217,22 @@ class DeviceWorker:
     def _watch(self) -> None:
         """Kill a worker whose oldest job has been on the device for longer than device_timeout_s: a
         hung device or driver must not hold the service. Its jobs fail, readiness drops until the
-        restarted worker reports, and the queue moves again (Kubernetes stops routing here meanwhile)."""
+        restarted worker reports, and the queue moves again (Kubernetes stops routing here meanwhile).
+        A worker still starting after worker_start_timeout_s is killed the same way."""
         if self._closing:
             return
         self._watchdog = asyncio.get_running_loop().call_later(WATCH_INTERVAL_S, self._watch)
         if time.monotonic() - self._trimmed_at >= self.settings.idle_release_s:
             self._trim()
-        if not self._inflight or self._proc is None or not self._proc.is_alive():
+        if self._proc is None or not self._proc.is_alive():
+            return
+        if not self._ready.is_set():  # still starting: a driver may hang in device creation too
+            starting = time.monotonic() - self._started_at
+            if starting > self.settings.worker_start_timeout_s:
+                log.error("the device worker has not reported ready in %.0f s (worker_start_timeout_s %g): killing it", starting, self.settings.worker_start_timeout_s)
+                self._proc.kill()
+            return
+        if not self._inflight:
             return
         running = time.perf_counter() - min(job.started_at for job in self._inflight.values())
         if running > self.settings.device_timeout_s:

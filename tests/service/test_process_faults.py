@@ -106,3 +106,46 @@ def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive
         if server.process.poll() is None:
             stop_server(server)
         os.unlink(f"/dev/shm{key}")
+
+
+def _stopped_while_starting(server) -> int:
+    """Kill the device worker and SIGSTOP its successor before it reports ready (a driver hung while
+    creating the device); the successor's pid. Tried again if the successor was ready first."""
+    with server.client() as client:
+        for _ in range(5):
+            old = worker_pid(server)
+            os.kill(old, signal.SIGKILL)
+            for _ in range(1000):
+                try:
+                    new = worker_pid(server)
+                except AssertionError:  # the old one not reaped yet, or none started yet
+                    new = old
+                if new != old:
+                    break
+                time.sleep(0.005)
+            os.kill(new, signal.SIGSTOP)
+            if client.get("/health/ready").status_code == 503:
+                return new
+            os.kill(new, signal.SIGCONT)
+            await_restarted_worker(client, 60)
+    raise AssertionError("the restarted worker was always ready before it could be stopped")
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_hung_while_starting_is_killed_and_started_again():
+    """A device worker that never reports ready (stopped here; a driver hung in device creation) was
+    waited for forever: readiness 503 for good. Past worker_start_timeout_s it is killed and replaced."""
+    server = start_server(worker_start_timeout_s=3)
+    try:
+        with server.client() as client:
+            one_request(client, 1)
+            hung = _stopped_while_starting(server)
+            deadline = time.monotonic() + 90
+            while client.get("/health/ready").status_code != 200 or worker_pid(server) == hung:
+                assert time.monotonic() < deadline, "the hung worker was never replaced"
+                time.sleep(0.2)
+            assert not os.path.exists(f"/proc/{hung}") or "Z" in open(f"/proc/{hung}/stat").read().split()[2]
+            for i in range(3):
+                one_request(client, i)
+    finally:
+        stop_server(server)
