@@ -149,3 +149,35 @@ def test_a_worker_hung_while_starting_is_killed_and_started_again():
                 one_request(client, i)
     finally:
         stop_server(server)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_while_the_supervisor_restarts_its_http_server_stops_both():
+    """SIGTERM that arrives while the supervisor starts a new HTTP process (its Popen running) was passed
+    to the dead one only: the new one ran on and the supervisor waited on it for good."""
+    for _ in range(2):
+        server = start_server(supervised=True)
+        supervisor = server.process.pid
+        try:
+            first = _children(supervisor)[0]
+            os.kill(first, signal.SIGKILL)
+            for _ in range(200_000):  # until the new HTTP process exists (forked, maybe not yet exec'd)
+                if [p for p in _children(supervisor) if p != first]:
+                    break
+            os.kill(supervisor, signal.SIGTERM)
+            assert server.process.wait(60) == 0, "the supervisor did not stop"
+            assert not _children(supervisor)
+        finally:
+            for pid in _children(supervisor):
+                os.kill(pid, signal.SIGKILL)
+            if server.process.poll() is None:
+                server.process.kill()
+                server.process.wait()
