@@ -16,10 +16,10 @@ import multiprocessing as mp
 import pickle
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -49,6 +49,14 @@ async def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
         dst[...] = src
 
 
+
+
+class Source(Protocol):
+    """An input whose bytes are written into the job's slot by the source itself (shared_memory.RegionInput)."""
+
+    nbytes: int
+
+    async def fill(self, dst: np.ndarray) -> None: ...
 
 
 class _TemplateIds:
@@ -277,9 +285,11 @@ class DeviceWorker:
     # -- requests -----------------------------------------------------------------------------------
 
     async def run(
-        self, op: OperatorDesc, inputs: list[np.ndarray], in_place: bool, key: bytes | None = None, waiting: Callable[[int], None] | None = None
+        self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None,
+        waiting: Callable[[int], None] | None = None,
     ) -> Result:
-        """Queue ``op`` on the device; raises Busy when the queue is full. ``key`` is ``op`` pickled
+        """Queue ``op`` on the device; raises Busy when the queue is full. An input is its bytes, or a
+        Source that writes them into the job's slot (and may raise a request's error meanwhile). ``key`` is ``op`` pickled
         (``pickled(op)``), for callers that keep it: the worker caches descriptors and their
         recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
         and -1 when it leaves the queue (to the device, or dropped)."""
@@ -294,7 +304,9 @@ class DeviceWorker:
         job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or pickled(op))
         try:
             for (offset, n), data in zip(offsets, inputs):
-                if n > LARGE:
+                if not isinstance(data, np.ndarray):  # read by the source itself (a shared memory region)
+                    await data.fill(slot.mapping.array[offset : offset + n])
+                elif n > LARGE:
                     await copy_into(slot.mapping.array[offset : offset + n], data)
                 else:  # in place: no coroutine for a small copy
                     slot.mapping.array[offset : offset + n] = data
