@@ -30,6 +30,7 @@ from .errors import InvalidRequest, VkactError
 
 SHM_DIR = "/dev/shm"
 RESERVED_PREFIX = "vkact-"  # the device worker's own slots: never a client's region
+MAX_NAME = 256  # characters of a region name: bounds the registry (every registration rewrites it whole)
 LARGE_IO = 1 << 20  # region reads and writes above this size run in a thread, keeping the event loop free
 
 
@@ -219,6 +220,8 @@ class SharedMemoryRegistry:
     # -- the extension's operations --------------------------------------------------------------------
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        if len(name) > MAX_NAME:
+            raise InvalidRequest(f"a shared memory region name is at most {MAX_NAME} characters; this one has {len(name)}", "name")
         spec = RegionSpec(name, key, offset, byte_size)
         with self._changing() as specs:
             if name in specs:
