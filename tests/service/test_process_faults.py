@@ -181,3 +181,36 @@ def test_sigterm_while_the_supervisor_restarts_its_http_server_stops_both():
             if server.process.poll() is None:
                 server.process.kill()
                 server.process.wait()
+
+
+@pytest.mark.timeout(240)
+def test_a_flood_of_503s_does_not_block_on_the_log():
+    """Every 503 (queue full, worker lost or starting) was logged at ERROR, one line a request, written
+    on the event loop: a client that floods a busy server made the log its bottleneck, and once the log's
+    reader fell behind (here: the test's stdout pipe, never read, 64 KiB) the event loop blocked on the
+    write and the server answered nothing, liveness included. 5xx lines are now at most one a second."""
+    server = start_server(queue_size=1)  # its stdout is a pipe that nobody reads
+    try:
+        with httpx.Client(base_url=server.url, timeout=20) as client:
+            one_request(client, 1)
+            worker = worker_pid(server)
+            os.kill(worker, signal.SIGSTOP)  # the first jobs stay on the device, the queue fills
+            try:
+                x = np.ones(16, np.float32)
+                body, headers = binary_request(request_body("RELU", x), x.view(np.uint8))
+                with ThreadPoolExecutor(4) as pool:
+                    held = [pool.submit(client.post, "/v1/execute", content=body, headers=headers) for _ in range(3)]
+                    for _ in range(600):
+                        if gauge(client, "vkact_queue_depth") >= 3:
+                            break
+                        time.sleep(0.01)
+                    codes = [client.post("/v1/execute", content=body, headers=headers).status_code for _ in range(1500)]
+                    assert set(codes) == {503}
+                    assert client.get("/health/live").status_code == 200
+                    os.kill(worker, signal.SIGCONT)
+                    assert all(h.result(60).status_code == 200 for h in held)
+            finally:
+                os.kill(worker, signal.SIGCONT)
+            one_request(client, 2)
+    finally:
+        stop_server(server)
