@@ -1,5 +1,5 @@
 # Everyday entry points.  `make test` from a fresh clone sets everything up first.
-#   make setup | test [PYTEST_ARGS=...] | serve [HOST=... PORT=...] | bench | clean
+#   make setup | test [PYTEST_ARGS=...] | test-portability | serve [HOST=... PORT=...] | bench | clean
 SHELL := bash
 # Same knob as scripts/setup.sh: VKACT_VENV=/path make test
 VKACT_VENV ?= $(CURDIR)/.venv
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml scripts/setup.sh scripts/build-kp.sh
 	bash scripts/setup.sh
 	touch $@
 
-.PHONY: setup shaders test serve bench clean
+.PHONY: setup shaders test test-portability serve bench clean
 setup:            # explicit request: always run the (idempotent) script
 	bash scripts/setup.sh
 	touch $(STAMP)
@@ -26,6 +26,11 @@ shaders: $(STAMP)
 
 test: shaders
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# lavapipe and SwiftShader under the Khronos validation layer (sync validation on), both memory modes;
+# writes README's "Tested on" table from what ran (scripts/test-portability.sh says which tests where).
+test-portability: shaders
+	bash scripts/test-portability.sh $(PYTEST_ARGS)
 
 # HOST/PORT are passed only when given, so the service's own defaults apply otherwise.
 serve: shaders

@@ -1,4 +1,4 @@
-"""``python -m bench [--only kernels|service|v2] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
+"""``python -m bench [--only kernels|service|v2] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
 from __future__ import annotations
 
 import argparse
@@ -36,12 +36,32 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="kernels: log2 element counts (default 20,24)")
     parser.add_argument("--repeat", type=int, default=10, help=f"kernels: timed runs of each measurement, after {WARMUP} warm-up runs")
     parser.add_argument("--ops", type=_csv, default=None, help="kernels: operators by short name, e.g. shrink,celu (default: all)")
+    parser.add_argument("--driver", choices=sorted(DRIVERS), default=None,
+                        help="the Vulkan driver to measure, by its ICD (default: what the loader finds; the section is "
+                        "the device's own, and targets are judged only on llvmpipe, where they were set)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "RESULTS.md",
                         help="report to write; the sections of other devices, and of a part not run, are kept (default bench/RESULTS.md)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.driver:
+        icd = DRIVERS[args.driver]()
+        if icd is None:
+            parser.error(f"no {args.driver} ICD installed")
+        # Read by the loader when this process (and the service's, which inherit it) creates an instance.
+        os.environ["VK_ICD_FILENAMES"] = os.environ["VK_DRIVER_FILES"] = icd
     return args
+
+
+def _icd(pattern: str) -> str | None:
+    found = sorted(Path("/").glob(pattern.lstrip("/")))
+    return str(found[0]) if found else None
+
+
+DRIVERS = {
+    "lavapipe": lambda: _icd("/usr/share/vulkan/icd.d/lvp_icd.*.json"),
+    "swiftshader": lambda: _icd("/usr/lib/chromium/vk_swiftshader_icd.json"),   # Debian's chromium-common
+}
 
 
 def _cpu_model() -> str:
@@ -120,13 +140,13 @@ def run_kernels(args: argparse.Namespace) -> None:
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("Machine", _machine()),
         ("Device", f"{d.name}; type {d.type}; driver {d.driver_name} {d.driver_info}; Vulkan {d.api_version}; tensors in {engine.memory} memory"),
-        ("Kernels", f"local size {engine.settings.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
+        ("Kernels", f"local size {engine.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
                     f"best (median) of {args.repeat} runs after {WARMUP} warm-up runs"),
         ("Peers", "; ".join(f"{name} {v}" if v else f"{name} not installed" for name, v in versions.items())
                   + " (numpy runs on one thread; the others use their default thread pools)"),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
     ]
-    _write(args.out, d.name, section(d.name, header, sizes, peers), "device")
+    _write(args.out, d.name, section(d.name, header, sizes, peers, targets=d.driver_name == "llvmpipe"), "device")
 
 
 def run_service(args: argparse.Namespace) -> None:
@@ -147,7 +167,7 @@ def run_service(args: argparse.Namespace) -> None:
         ("CPUs", f"{os.cpu_count()}, shared by the clients, both servers, vkact's device worker and the socket's peer"),
         ("Runtime", f"{result.seconds:.1f} s"),
     ]
-    _write(args.out, d["name"], service_section(d["name"], header, result), "service")
+    _write(args.out, d["name"], service_section(d["name"], header, result, targets=d["driver"]["name"] == "llvmpipe"), "service")
 
 
 def run_v2(args: argparse.Namespace) -> None:

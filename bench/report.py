@@ -170,10 +170,10 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _table(size: SizeResult, peers: list[str]) -> list[str]:
+def _table(size: SizeResult, peers: list[str], targets: bool = True) -> list[str]:
     numpy = "numpy" in peers
     head = ["operator", "kernel GB/s", "kernel / copy", "end-to-end GB/s", *(f"{p} GB/s" for p in peers)]
-    head += ["vkact e2e / numpy"] * numpy + [f"target at 2^{TARGET_LOG2} (≥{TARGET:.2f}; softmax family ≥{TARGET_REDUCTION:.2f})"]
+    head += ["vkact e2e / numpy"] * numpy + [f"target at 2^{TARGET_LOG2} (≥{TARGET:.2f}; softmax family ≥{TARGET_REDUCTION:.2f})"] * targets
     lines = [_row(head), _row(["---"] * len(head))]
     n = size.nbytes
     for op in size.ops:
@@ -182,16 +182,15 @@ def _table(size: SizeResult, peers: list[str]) -> list[str]:
         cells += [_gbps(op.peers[p], m, with_median=False) if p in op.peers else "—" for p in peers]
         if numpy:
             cells.append(f"{op.peers['numpy'].best / op.end_to_end.best:.2f}" if "numpy" in op.peers else "—")
-        if size.log2 != TARGET_LOG2:
-            cells.append("—")
-        else:
-            cells.append("PASS" if op.ratio >= target(op.name) else "BELOW")
+        if targets:
+            cells.append("—" if size.log2 != TARGET_LOG2 else "PASS" if op.ratio >= target(op.name) else "BELOW")
         lines.append(_row(cells))
     return lines
 
 
-def section(device_name: str, header: list[tuple[str, str]], sizes: list[SizeResult], peers: list[str]) -> str:
-    """This device's section: header facts, then one table per size and the verdict on the target."""
+def section(device_name: str, header: list[tuple[str, str]], sizes: list[SizeResult], peers: list[str], targets: bool = True) -> str:
+    """This device's section: header facts, then one table per size and (``targets``: on the device the
+    targets were set for) the verdict on the target."""
     lines = [f"<!-- device: {device_name} -->", f"## {device_name}", ""]
     lines += [f"- **{key}:** {value}" for key, value in header]
     for size in sizes:
@@ -201,8 +200,8 @@ def section(device_name: str, header: list[tuple[str, str]], sizes: list[SizeRes
             f"Copy shader (device ceiling): **{_gbps(size.copy, size.nbytes)}** GB/s · "
             f"host memcpy (`numpy.copyto`, one thread): **{_gbps(size.memcpy, size.nbytes)}** GB/s"
         )
-        lines += ["", *_table(size, peers)]
-    at_target = [s for s in sizes if s.log2 == TARGET_LOG2]
+        lines += ["", *_table(size, peers, targets)]
+    at_target = [s for s in sizes if s.log2 == TARGET_LOG2] if targets else []
     if at_target:
         below = [f"`{op.name}` {op.ratio:.2f}" for op in at_target[0].ops if op.ratio < target(op.name)]
         verdict = "met by every kernel" if not below else "not met: " + ", ".join(below)
@@ -242,8 +241,9 @@ SERVICE_LABELS = {
 }
 
 
-def service_section(device_name: str, header: list[tuple[str, str]], r: ServiceResult) -> str:
-    """This device's service section: header facts, latency, requests/s, 16 MiB throughput, targets."""
+def service_section(device_name: str, header: list[tuple[str, str]], r: ServiceResult, targets: bool = True) -> str:
+    """This device's service section: header facts, latency, requests/s, 16 MiB throughput, and
+    (``targets``) the targets' verdicts."""
     echo_p50 = r.latency["echo"].median
     lines = [f"<!-- service: {device_name} -->", f"## {device_name}: service end to end", ""]
     lines += [f"- **{key}:** {value}" for key, value in header]
@@ -295,7 +295,7 @@ def service_section(device_name: str, header: list[tuple[str, str]], r: ServiceR
                                _ms(max(samples.seconds))]))
 
     throughput, latency = r.vs_echo("vkact binary"), r.small_ratio
-    lines += ["", "**Targets:**", "",
+    lines += [] if not targets else ["", "**Targets:**", "",
               f"- 16 MiB binary requests at ≥ {TARGET_THROUGHPUT:.2f} of the bare echo's throughput: "
               f"{throughput:.2f} → **{_verdict(throughput >= TARGET_THROUGHPUT)}**",
               f"- 1,024-element requests with p50 ≤ {TARGET_LATENCY:g}× the bare echo's: "

@@ -133,7 +133,7 @@ def encode_frame(header: dict, buffers: Sequence[Bytes]) -> tuple[list[Bytes], i
 def split_frame(body: Bytes, header_length: str | None) -> tuple[dict, memoryview]:
     """(header, the bytes after it) of a body; without a header length the whole body is JSON."""
     raw, tail = frame_parts(body, header_length)
-    return parse_header(raw), tail
+    return parse_header(raw, header_length is not None), tail
 
 
 def frame_parts(body: Bytes, header_length: str | None) -> tuple[memoryview, memoryview]:
@@ -163,12 +163,19 @@ def _loads(raw: memoryview) -> Any:
     return json.loads(bytes(raw))
 
 
-def parse_header(raw: memoryview) -> dict:
-    """A frame's JSON header (a JSON object), or a CodecError."""
+NO_HEADER_HINT = (f"; without an {HEADER_LENGTH} header the whole body is read as JSON: binary tensor bytes "
+                  f"after the JSON need {HEADER_LENGTH} set to the JSON's length in bytes")
+
+
+def parse_header(raw: memoryview, framed: bool = True) -> dict:
+    """A frame's JSON header (a JSON object), or a CodecError; ``framed``: the body gave its header's
+    length (if not, binary bytes sent without it are the likely cause of a decoding error: say so)."""
     try:
         value = _loads(raw)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer past int_max_str_digits
-        raise CodecError(f"malformed JSON: {exc}") from None
+        if framed:
+            raise CodecError(f"malformed JSON: {exc}") from None
+        raise CodecError(f"malformed JSON: {exc}{NO_HEADER_HINT}", HEADER_LENGTH) from None
     except RecursionError:  # json's decoder recurses once per level of nesting
         raise CodecError("malformed JSON: nested too deeply") from None
     if not isinstance(value, dict):

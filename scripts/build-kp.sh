@@ -7,6 +7,8 @@
 # dependencies and whose setup.py has bugs.  We build it offline against the
 # system Vulkan headers / fmt and pip's pybind11, after a small explicit patch,
 # and cache the wheel outside the repo so fresh clones and rebuilt venvs reuse it.
+# kp's C++ is patched too (command pool flag, barriers: see below); KP_PATCH_LEVEL names that build,
+# keys the wheel cache and is written into the venv, so an old cached wheel or venv gets rebuilt.
 #
 # env: VKACT_KP_SDIST=/path/kp-0.9.0.tar.gz  use this sdist instead of downloading it
 #      XDG_CACHE_HOME                        cache root (default ~/.cache)
@@ -17,6 +19,8 @@ KP_VERSION=0.9.0
 # sha256 of kp-0.9.0.tar.gz as served by PyPI; guards the cached/downloaded sdist.
 KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PYBIND11_VERSION=3.1.0
+# Bump when the patches below change: a new wheel cache directory and a reinstall in every venv.
+KP_PATCH_LEVEL=vkact1
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -27,7 +31,7 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/vkact
 WHEEL_TAG=$("$PY" -c 'import sys, sysconfig
 v = "cp%d%d" % sys.version_info[:2]
 print("%s-%s-%s" % (v, v, sysconfig.get_platform().replace("-", "_").replace(".", "_")))')
-WHEEL=$CACHE/wheels/kp-$KP_VERSION-$WHEEL_TAG.whl
+WHEEL=$CACHE/wheels/$KP_PATCH_LEVEL/kp-$KP_VERSION-$WHEEL_TAG.whl
 
 if [[ ! -f $WHEEL ]]; then
   # --- the sdist: given, cached, or downloaded from PyPI (source only: there is no wheel) ---
@@ -46,29 +50,96 @@ if [[ ! -f $WHEEL ]]; then
   tar -xzf "$SDIST" -C "$WORK"
   SRC=$WORK/kp-$KP_VERSION
 
-  # Patch kp's setup.py; each patch must apply exactly once, else the sdist changed and we stop.
-  "$PY" - "$SRC/setup.py" <<'EOF'
+  # Patch kp's sources: setup.py (build bugs) and its C++ (Vulkan correctness). Each patch must apply
+  # exactly once, else the sdist changed and we stop.
+  "$PY" - "$SRC" <<'EOF'
 import pathlib, sys
-path = pathlib.Path(sys.argv[1])
-text = path.read_text()
-patches = [
-    # (1) Missing comma: the string literals concatenate, so -DPYTHON_EXECUTABLE never
-    #     reaches CMake and it may pick another interpreter than the venv's.
-    ("'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON'\n",
-     "'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON',\n"),
-    # (2) Built against pybind11 3.x, kp works with numpy 2; the numpy<2 pin would make
-    #     pip's resolver downgrade our numpy (pyproject pins numpy 2.x).
-    ('"numpy<2.0.0"', '"numpy"'),
-    # (3) `list += str` splits "16" into "1","6": append the job count as one argument, so
-    #     KOMPUTE_PYTHON_NUM_PARALLEL_THREADS bounds the otherwise unbounded `make -j`.
-    ("build_args += env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS']",
-     "build_args.append(env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS'])"),
-]
-for old, new in patches:
-    if text.count(old) != 1:
-        sys.exit(f"build-kp.sh: kp setup.py patch does not apply: {old!r}")
-    text = text.replace(old, new)
-path.write_text(text)
+src = pathlib.Path(sys.argv[1])
+patches = {
+    "setup.py": [
+        # (1) Missing comma: the string literals concatenate, so -DPYTHON_EXECUTABLE never
+        #     reaches CMake and it may pick another interpreter than the venv's.
+        ("'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON'\n",
+         "'-DKOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON',\n"),
+        # (2) Built against pybind11 3.x, kp works with numpy 2; the numpy<2 pin would make
+        #     pip's resolver downgrade our numpy (pyproject pins numpy 2.x).
+        ('"numpy<2.0.0"', '"numpy"'),
+        # (3) `list += str` splits "16" into "1","6": append the job count as one argument, so
+        #     KOMPUTE_PYTHON_NUM_PARALLEL_THREADS bounds the otherwise unbounded `make -j`.
+        ("build_args += env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS']",
+         "build_args.append(env['KOMPUTE_PYTHON_NUM_PARALLEL_THREADS'])"),
+    ],
+    # (4) Sequences re-record their command buffer (clear/record/eval), which needs a pool created
+    #     with RESET_COMMAND_BUFFER (VUID-vkBeginCommandBuffer-commandBuffer-00050); Kompute's PR 392.
+    "src/Sequence.cpp": [
+        ("vk::CommandPoolCreateInfo commandPoolInfo(vk::CommandPoolCreateFlags(),",
+         "vk::CommandPoolCreateInfo commandPoolInfo(vk::CommandPoolCreateFlagBits::eResetCommandBuffer,"),
+    ],
+    # (5) The dispatch's barrier made transfer writes (the staging uploads) visible to shader reads
+    #     only, but a kernel also writes buffers that were uploaded (in place, and outputs cleared
+    #     before a strided kernel): a write-after-write race (SYNC-HAZARD-WRITE-AFTER-WRITE). One
+    #     global barrier, transfer writes before shader reads and writes, covers every tensor.
+    "src/OpAlgoDispatch.cpp": [
+        ("""    for (const std::shared_ptr<Tensor>& tensor :
+         this->mAlgorithm->getTensors()) {
+        tensor->recordPrimaryBufferMemoryBarrier(
+          commandBuffer,
+          vk::AccessFlagBits::eTransferWrite,
+          vk::AccessFlagBits::eShaderRead,
+          vk::PipelineStageFlagBits::eTransfer,
+          vk::PipelineStageFlagBits::eComputeShader);
+    }
+""",
+         """    const vk::MemoryBarrier uploaded(
+      vk::AccessFlagBits::eTransferWrite,
+      vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite);
+    commandBuffer.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer,
+                                  vk::PipelineStageFlagBits::eComputeShader,
+                                  vk::DependencyFlags(),
+                                  uploaded,
+                                  nullptr,
+                                  nullptr);
+"""),
+    ],
+    # (6) The download's last barrier (transfer write -> host read) named the device buffer, not the
+    #     staging buffer that the copy wrote and the host reads; and a host-memory tensor, which the
+    #     shader writes and the host reads directly, got none: a fence alone does not make device
+    #     writes visible to the host. Both get theirs.
+    "src/OpTensorSyncLocal.cpp": [
+        ("""            this->mTensors[i]->recordPrimaryBufferMemoryBarrier(
+              commandBuffer,
+              vk::AccessFlagBits::eTransferWrite,
+              vk::AccessFlagBits::eHostRead,
+              vk::PipelineStageFlagBits::eTransfer,
+              vk::PipelineStageFlagBits::eHost);
+        }
+""",
+         """            this->mTensors[i]->recordStagingBufferMemoryBarrier(
+              commandBuffer,
+              vk::AccessFlagBits::eTransferWrite,
+              vk::AccessFlagBits::eHostRead,
+              vk::PipelineStageFlagBits::eTransfer,
+              vk::PipelineStageFlagBits::eHost);
+        } else if (this->mTensors[i]->tensorType() ==
+                   Tensor::TensorTypes::eHost) {
+            this->mTensors[i]->recordPrimaryBufferMemoryBarrier(
+              commandBuffer,
+              vk::AccessFlagBits::eShaderWrite,
+              vk::AccessFlagBits::eHostRead,
+              vk::PipelineStageFlagBits::eComputeShader,
+              vk::PipelineStageFlagBits::eHost);
+        }
+"""),
+    ],
+}
+for name, edits in patches.items():
+    path = src / name
+    text = path.read_text()
+    for old, new in edits:
+        if text.count(old) != 1:
+            sys.exit(f"build-kp.sh: kp {name} patch does not apply: {old[:60]!r}")
+        text = text.replace(old, new)
+    path.write_text(text)
 EOF
 
   # Build tools go into the venv because we build without isolation (pybind11's CMake config
@@ -94,7 +165,7 @@ EOF
   built=("$WORK"/dist/kp-$KP_VERSION-*.whl)
   [[ -f ${built[0]} && $(basename "${built[0]}") == "$(basename "$WHEEL")" ]] \
     || die "unexpected wheel name ${built[*]##*/}, expected ${WHEEL##*/}"
-  mkdir -p "$CACHE/wheels"
+  mkdir -p "${WHEEL%/*}"
   cp "${built[0]}" "$WHEEL.tmp.$$" && mv "$WHEEL.tmp.$$" "$WHEEL"   # atomic: no half wheels in the cache
 else
   step "using cached $WHEEL"
@@ -102,3 +173,5 @@ fi
 
 # --no-deps: numpy comes from the project's own pins.
 "$PY" -m pip install -q --no-deps --force-reinstall "$WHEEL"
+# setup.sh compares this with KP_PATCH_LEVEL to rebuild a venv that holds an older kp build.
+echo "$KP_PATCH_LEVEL" >"$("$PY" -c 'import sys; print(sys.prefix)')/.vkact-kp-patch"

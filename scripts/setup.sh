@@ -34,6 +34,11 @@ command -v "$PY" >/dev/null || die "$PY not found: install Python >= 3.10 (Debia
 # Vulkan loader + lavapipe (CPU Vulkan driver, so everything runs without a GPU), glslang for
 # GLSL -> SPIR-V, and the toolchain/headers that build kp (cmake, make, g++, Vulkan headers, fmt).
 PKGS=(libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools cmake make g++ libfmt-dev)
+# For the tests (not --runtime-only): the portability suite's second driver (SwiftShader, in Chromium's
+# common files: 3 packages, about 30 MB with --no-install-recommends) and the Khronos validation layer.
+if [[ $EXTRAS == *test* ]]; then
+  PKGS+=(chromium-common vulkan-validationlayers)
+fi
 # Debian's own python3 splits out venv/ensurepip and the C headers kp is compiled against.
 if [[ $("$PY" -c 'import sys; print(sys.base_prefix)') == /usr ]]; then
   PKGS+=(python3-venv python3-dev)
@@ -85,8 +90,10 @@ else
 fi
 
 # --- 4. kp (Kompute), built from its sdist once and cached ---------------------------------
-if "$VPY" -c 'import kp' 2>/dev/null; then
-  step "kp already installed"
+# The installed build must be build-kp.sh's current KP_PATCH_LEVEL, else it is rebuilt/reinstalled.
+kp_patch=$(sed -n 's/^KP_PATCH_LEVEL=//p' "$ROOT/scripts/build-kp.sh")
+if "$VPY" -c 'import kp' 2>/dev/null && [[ $(cat "$VENV/.vkact-kp-patch" 2>/dev/null) == "$kp_patch" ]]; then
+  step "kp already installed ($kp_patch)"
 else
   bash "$ROOT/scripts/build-kp.sh" "$VPY"
 fi

@@ -36,6 +36,7 @@ from .layout import RowLayout, coalesce, row_layout
 from .operators import OperatorDesc
 from .operators.numerics import flush_subnormal
 from .operators.reduction import ReductionDesc
+from .device_tuning import Tuning, tuning_for, workgroup_size
 from .shaders import ShaderCompiler, Variant, all_variants
 from .vulkan_probe import PhysicalDevice, choose, physical_devices
 
@@ -55,12 +56,6 @@ CPU_GROUPS_PER_CORE = 4
 # On a CPU, rows at least this long get a whole workgroup each when a subgroup per row would leave
 # cores idle (fewer workgroups than cores): one barrier per row is then cheap.
 CPU_WORKGROUP_ROW_LEN = 1 << 18
-# llvmpipe (lavapipe) ends every loop of a shader invocation once its loops have run 65535 iterations
-# in all (LP_MAX_TGSI_LOOP_ITERATIONS), silently. The reduction kernels' loops take REDUCTION_UNROLL
-# units per iteration (glsl/common/reduction.glsl: UNROLL); the grid is sized so that no invocation
-# runs more than LOOP_BUDGET iterations.
-LOOP_BUDGET = 32768
-REDUCTION_UNROLL = 4
 # Keyed executions keep their plan and a recorded command buffer; this many, least recently used out.
 MAX_PLANS = 256
 
@@ -157,16 +152,18 @@ class Engine:
         self._mgr = kp.Manager(self.device.index)
         props = self._mgr.get_device_properties()
         self.max_workgroup_count = int(props["max_work_group_count"][0])
-        self.memory = settings.memory if settings.memory != "auto" else ("device" if self.device.type == "discrete-gpu" else "host")
+        self.tuning: Tuning = tuning_for(self.device)
+        self.memory = settings.memory if settings.memory != "auto" else self.tuning.memory
+        # Settings.local_size within the device's workgroup limits (kernels specialise on it).
+        self.local_size = workgroup_size(settings.local_size, int(props["max_work_group_invocations"]), int(props["max_work_group_size"][0]))
         self._tensor_type = kp.TensorTypes.host if self.memory == "host" else kp.TensorTypes.device
-        # Units (16-byte vectors, or elements when strided) per invocation: lavapipe runs each SIMD
-        # batch of a workgroup through the whole loop, so about four steps amortise the workgroup's
-        # set-up without scattering its loads (measured: 9.5 GB/s against 7.9 at one step and 2.4 at
-        # 64); a GPU wants one unit per invocation and as many groups as that takes.
-        self.units_per_invocation = 4 if self.device.is_cpu else 1
+        # Units (16-byte vectors, or elements when strided) per invocation: 4 on llvmpipe (measured,
+        # device_tuning); a GPU wants one unit per invocation and as many groups as that takes.
+        self.units_per_invocation = self.tuning.units_per_invocation
+        self.reduction_unroll = self.tuning.reduction_unroll
         self.max_workgroups = min(settings.max_workgroups or self.max_workgroup_count, self.max_workgroup_count)
         self.max_reduction_workgroups = (
-            min(self.max_workgroups, CPU_GROUPS_PER_CORE * (os.cpu_count() or 1)) if self.device.is_cpu else self.max_workgroups
+            min(self.max_workgroups, CPU_GROUPS_PER_CORE * (os.cpu_count() or 1)) if self.tuning.cpu_workgroups else self.max_workgroups
         )
         # A binding may not exceed maxStorageBufferRange; the packed kernels read whole 16-byte
         # vectors, so a tensor leaves one vector of slack below it.
@@ -348,11 +345,11 @@ class Engine:
     def workgroups(self, units: int) -> int:
         """Workgroups of an elementwise dispatch over ``units`` (16-byte units, or elements when
         strided): enough to cover them at units_per_invocation each, within max_workgroups."""
-        return max(1, min(-(-units // (self.settings.local_size * self.units_per_invocation)), self.max_workgroups))
+        return max(1, min(-(-units // (self.local_size * self.units_per_invocation)), self.max_workgroups))
 
     def algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_words: int) -> kp.Algorithm:
         """Another kernel on the engine's device and buffers (the benchmark's copy shader)."""
-        spec = np.array([self.settings.local_size], np.uint32)
+        spec = np.array([self.local_size], np.uint32)
         return self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, np.zeros(push_words, np.uint32))
 
     def sequence(self) -> kp.Sequence:
@@ -364,7 +361,7 @@ class Engine:
         if not self.device.subgroup_reductions:
             raise UnsupportedOnDevice(f"{op.type_name()} needs subgroup shuffles in compute shaders; {self.device.name} lacks them", "Type")
         rl = row_layout((*op.inputs, op.output), op.reduced_axes())
-        variant = Variant(op.kernel(), op.data_type.info.shader or "", rl.kind, len(op.inputs), op.kind)
+        variant = Variant(op.kernel(), op.data_type.info.shader or "", rl.kind, len(op.inputs), op.kind, self.reduction_unroll)
         cluster, groups = self._row_split(rl, op.data_type.info.size)
         push = _words([rl.rows, rl.row_len, cluster, rl.row_stride, len(rl.outer), len(rl.inner)])
         clear = op.output.strides != packed_strides(op.output.Sizes)
@@ -377,8 +374,8 @@ class Engine:
         CPU long rows too few to keep every core busy). The workgroups cover the rows once, rounded up
         to three significant bits (so that few pipelines serve all row counts) and capped by
         ``max_workgroups`` (fewer on a CPU); the kernel's grid-stride loop does the rest. On llvmpipe
-        every invocation stays within LOOP_BUDGET loop iterations; a row too long for that is refused."""
-        subgroup, local = self.device.subgroup_size, self.settings.local_size
+        every invocation stays within its loop budget (device_tuning); a row too long for that is refused."""
+        subgroup, local, unroll = self.device.subgroup_size, self.local_size, self.reduction_unroll
         per_item = UNIT_BYTES // itemsize if rl.packed else 1        # elements per loop step
         items = -(-rl.row_len // per_item)
         loose = 2 * (per_item - 1) if rl.packed else 0                # elements before and after the units
@@ -390,7 +387,8 @@ class Engine:
             """Loop iterations of one invocation per row: two sweeps (each with its remainder, loose
             elements, exits and the strided index loops), the butterfly, the workgroup's fold."""
             mine = -(-items // lanes)
-            sweep = -(-mine // REDUCTION_UNROLL) + REDUCTION_UNROLL + -(-loose // lanes) + 3
+            sweep = -(-mine // unroll) + unroll + -(-loose // lanes) + 3
+            sweep += mine * per_item if unroll == 1 and rl.packed else 0   # the rolled unit loop
             sweep += mine * inner_index + outer_index if not rl.packed else 0
             fold = -(-local // max(subgroup, 1)) if lanes == local else 0
             return 2 * sweep + 8 + fold
@@ -399,8 +397,8 @@ class Engine:
             cluster = 1
         else:
             cluster = min(1 << (-(-items // 2) - 1).bit_length(), subgroup)
-        budget = LOOP_BUDGET if self.device.driver_name == "llvmpipe" else None
-        if self.device.is_cpu:
+        budget = self.tuning.loop_budget
+        if self.tuning.cpu_workgroups:
             idle = -(-rl.rows // (local // cluster)) < (os.cpu_count() or 1)
             whole = (budget is not None and iterations(cluster) > budget // 2) or (idle and rl.row_len >= CPU_WORKGROUP_ROW_LEN)
         else:
@@ -425,12 +423,13 @@ class Engine:
         self._record(algorithm, push, uploads, output, self._seq).eval()
 
     def _record(self, algorithm: kp.Algorithm, push: np.ndarray, uploads: list[kp.Tensor], output: kp.Tensor, seq: kp.Sequence) -> kp.Sequence:
-        """Record one execution into ``seq``: uploads (device memory), the dispatch, the download."""
+        """Record one execution into ``seq``: uploads (device memory), the dispatch, the download. The
+        download is recorded in host memory too: kp (as build-kp.sh patches it) records there the
+        barrier that makes the shader's writes visible to the host, which reads the mapped buffer."""
         if self.memory == "device":
             seq.record(kp.OpTensorSyncDevice(uploads))
         seq.record(kp.OpAlgoDispatch(algorithm, push))
-        if self.memory == "device":
-            seq.record(kp.OpTensorSyncLocal([output]))
+        seq.record(kp.OpTensorSyncLocal([output]))
         return seq
 
     def _check_thread(self) -> None:
@@ -520,7 +519,7 @@ class Engine:
         if groups is None:  # elementwise: enough groups to cover the slot
             units = slot.capacity // (UNIT_BYTES if variant.layout == "PACKED" else itemsize)
             groups = self.workgroups(units)
-        spec = np.array([self.settings.local_size], np.uint32)
+        spec = np.array([self.local_size], np.uint32)
         algorithm = self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, _words([]))
         self._algorithms[key] = algorithm, groups
         self.stats.pipelines_created += 1

@@ -22,6 +22,7 @@ from .config import Settings
 from .errors import ShaderCompileError
 
 LAYOUTS = ("PACKED", "STRIDED")
+REDUCTION_UNROLLS = (1, 4)   # 4 where llvmpipe's loop limit needs it (Engine.reduction_unroll)
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,12 @@ class Variant:
     layout: str          # PACKED or STRIDED
     inputs: int = 1
     kind: str = "elementwise"   # OperatorDesc.kind: "elementwise" or "reduction" (the kernels' contract)
+    unroll: int = 1      # reductions: element loop steps per iteration (4 on llvmpipe, see reduction.glsl)
 
     @property
     def defines(self) -> tuple[str, ...]:
-        return (f"DTYPE_{self.dtype}", f"LAYOUT_{self.layout}", f"INPUTS={self.inputs}")
+        unroll = (f"UNROLL={self.unroll}",) if self.kind == "reduction" else ()
+        return (f"DTYPE_{self.dtype}", f"LAYOUT_{self.layout}", f"INPUTS={self.inputs}", *unroll)
 
     def __str__(self) -> str:
         return f"{self.shader}[{self.dtype},{self.layout}]"
@@ -90,7 +93,9 @@ def all_variants() -> list[Variant]:
     variants = []
     for op in OPERATORS.values():
         dtypes = sorted({t.info.shader for step in op.support.steps for t in step.data_types if t.info.shader})
-        variants += [Variant(k, d, layout, len(op.input_fields), op.kind) for k in op.all_kernels() for d in dtypes for layout in LAYOUTS]
+        unrolls = REDUCTION_UNROLLS if op.kind == "reduction" else (1,)
+        variants += [Variant(k, d, layout, len(op.input_fields), op.kind, u)
+                     for k in op.all_kernels() for d in dtypes for layout in LAYOUTS for u in unrolls]
     return list(dict.fromkeys(variants))  # operators may share a shader (SOFTMAX and SOFTMAX1)
 
 

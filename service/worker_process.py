@@ -20,10 +20,12 @@ import numpy as np
 from . import framing
 from .config import Settings
 from .cpu_placement import PROCESS_CPUS, set_thread_cpus
+from .device_tuning import tuning_for
 from .errors import VkactError
 from .framing import Template
 from .operators import OperatorDesc
 from .slots import Mapping
+from .vulkan_probe import choose, physical_devices
 
 log = logging.getLogger("vkact.worker_process")
 OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes
@@ -162,8 +164,9 @@ def _buffers(mappings: dict[str, Mapping], path: str, size: int, inputs, output:
     return [array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]
 
 
-def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], inline: bool = False) -> Any:
-    """An Engine, made in a short-lived thread at ``worker_nice`` on ``cpus``: niceness and affinity
+def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], nice: int, inline: bool = False) -> Any:
+    """An Engine, made in a short-lived thread at niceness ``nice`` (``worker_nice`` on a CPU device,
+    device_tuning) on ``cpus``: niceness and affinity
     are per thread on Linux and the threads a driver starts inherit both, so a CPU driver's threads
     (lavapipe's) yield to the HTTP process while this process's own thread, which takes jobs and
     submits them, keeps the default priority (measured, 8 clients of 1,024-element requests on 2
@@ -172,7 +175,7 @@ def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozen
     made: list[Any] = []
 
     def build() -> None:
-        os.nice(config.worker_nice)
+        os.nice(nice)
         set_thread_cpus(cpus)
         saved = os.environ.get("LP_NUM_THREADS")
         if inline:
@@ -205,15 +208,17 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
     config = Settings(**settings)
     cpus = cpus or PROCESS_CPUS
     set_thread_cpus(cpus)  # a worker restarted by a pinned event loop starts on that loop's CPU only
-    engine = _make_engine(Engine, config, cpus)
+    tuning = tuning_for(choose(physical_devices(), config.device))  # before the driver starts threads
+    nice = config.worker_nice if tuning.nice_driver_threads else 0
+    engine = _make_engine(Engine, config, cpus, nice)
     device = engine.device
-    if cpu is not None and config.pin_cpu == "auto" and not device.is_cpu:
+    if cpu is not None and config.pin_cpu == "auto" and not tuning.pin_cpu:
         cpu = None  # 'auto' pins on a CPU device only (measured there; a GPU's driver threads are its own)
     if cpu is not None and not set_thread_cpus({cpu}):
         cpu = None
     small = None
-    if device.is_cpu and device.driver_name == "llvmpipe":
-        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, inline=True)
+    if tuning.small_dispatch_engine:
+        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, nice, inline=True)
     engines = _Engines(engine, small)
     variants = engines.load_shaders()
     fd = conn.fileno()
@@ -222,7 +227,7 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
         "memory": engine.memory,
         "max_tensor_bytes": engine.max_tensor_bytes,
         "max_workgroup_count": engine.max_workgroup_count,
-        "local_size": engine.settings.local_size,
+        "local_size": engine.local_size,
         "shader_variants": variants,
         "pid": os.getpid(),
         "pinned_cpu": cpu,

@@ -16,12 +16,26 @@ if TYPE_CHECKING:
     from service.engine import Engine
 
 
-@pytest.fixture(scope="session")
-def engine() -> Iterator["Engine"]:
-    """One engine on the default device (lavapipe here) for the session, shaders loaded up front."""
-    from service.engine import Engine  # imported here: the client tests need no kp
+# Every engine and conformance test runs in each of these memory modes (VKACT_TEST_MEMORY, comma-
+# separated): host (mapped buffers the shaders use directly, CPUs and integrated GPUs) and device
+# (device-local buffers behind staging copies, the discrete-GPU path).
+MEMORY_MODES = [m for m in os.environ.get("VKACT_TEST_MEMORY", "host,device").split(",") if m]
 
-    e = Engine()
+
+@pytest.fixture(scope="session", params=MEMORY_MODES)
+def memory(request: pytest.FixtureRequest) -> str:
+    """The memory mode (Settings.memory) that the engine tests run in."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def engine(memory: str) -> Iterator["Engine"]:
+    """One engine per memory mode on the default device (lavapipe here, VKACT_DEVICE / VK_ICD_FILENAMES
+    choose another) for the session, shaders loaded up front."""
+    from service.config import Settings  # imported here: the client tests need no kp
+    from service.engine import Engine
+
+    e = Engine(Settings(memory=memory))
     e.load_shaders()
     yield e
     e.close()

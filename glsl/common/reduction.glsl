@@ -37,7 +37,6 @@
 #include "dtype.glsl"   // f16_to_f32, f32_to_f16
 
 #define MAX_DIMS 8u
-#define MAX_SUBGROUPS 256u   // per workgroup: local size <= 1024, subgroup size >= 4
 
 layout(local_size_x_id = 0) in;
 
@@ -234,16 +233,33 @@ Span row_span(uint row) {
 // The q-th loose element (head, then tail) of a row, as an index within the row.
 uint loose_index(Span s, uint q) { return q < s.head ? q : pc.row_len - s.tail + (q - s.head); }
 
-// lavapipe (llvmpipe) ends every loop of a shader invocation once its loops have run 65535
-// iterations in all (LP_MAX_TGSI_LOOP_ITERATIONS), silently. So the element loops take UNROLL steps
-// per iteration, and the host sizes the grid so that no invocation comes near the limit
-// (Engine._row_split counts every loop here: sweeps, butterfly, strided index arithmetic).
-#define UNROLL 4u
+// UNROLL (a define per variant, 1 or 4): element loop steps per iteration. lavapipe (llvmpipe) ends
+// every loop of a shader invocation once its loops have run 65535 iterations in all
+// (LP_MAX_TGSI_LOOP_ITERATIONS), silently, so there the loops take 4 steps per iteration and the host
+// sizes the grid so that no invocation comes near the limit (Engine._row_split counts every loop here:
+// sweeps, butterfly, strided index arithmetic). Elsewhere 1: the unrolled bodies (16 to 32 inlined
+// exponentials per loop) made SwiftShader's compiler (Subzero) run for minutes and grow to 24 GB in
+// vkCreateComputePipelines; rolled, it compiles the kernel in 0.3 s.
+#if UNROLL != 1 && UNROLL != 4
+#error "define UNROLL as 1 or 4"
+#endif
+
+// Element k (0 .. UNIT_LEN-1) of a unit's words.
+float unit_elem(uvec4 w, uint k) {
+#if defined(DTYPE_F32)
+    return uintBitsToFloat(w[k]);
+#else
+    return f16_to_f32((w[k >> 1] >> ((k & 1u) * 16u)) & 0xffffu);
+#endif
+}
 
 void acc_unit(inout ACC_T acc, Span s, uint u) {
     uvec4 w = in_units[s.first_unit + u];
     uint i = s.head + u * UNIT_LEN;
-#if defined(DTYPE_F32)
+#if UNROLL == 1
+    // Rolled (see UNROLL): one copy of acc_add in the code, not 4 or 8.
+    for (uint k = 0u; k < UNIT_LEN; k++) acc_add(acc, unit_elem(w, k), i + k);
+#elif defined(DTYPE_F32)
     acc_add4(acc, uintBitsToFloat(w), i);
 #else
     acc_add4(acc, vec4(f16_to_f32(w.x & 0xffffu), f16_to_f32(w.x >> 16), f16_to_f32(w.y & 0xffffu), f16_to_f32(w.y >> 16)), i);
@@ -256,12 +272,14 @@ void accumulate(uint row, uint lane, uint lanes, inout ACC_T acc) {
     Span s = row_span(row);
     for (uint q = lane; q < s.head; q += lanes) acc_add(acc, load_elem(s.base + q), q);
     uint u = lane;
-    for (; u + (UNROLL - 1u) * lanes < s.units; u += UNROLL * lanes) {
+#if UNROLL == 4
+    for (; u + 3u * lanes < s.units; u += 4u * lanes) {
         acc_unit(acc, s, u);
         acc_unit(acc, s, u + lanes);
         acc_unit(acc, s, u + 2u * lanes);
         acc_unit(acc, s, u + 3u * lanes);
     }
+#endif
     for (; u < s.units; u += lanes) acc_unit(acc, s, u);
     for (uint q = lane; q < s.tail; q += lanes) {
         uint i = pc.row_len - s.tail + q;
@@ -284,7 +302,18 @@ void write_unit(Span s, uint u, PREP_T p) {
 #else
     uvec4 w = in_units[s.first_unit + u];
 #endif
+#if UNROLL == 1
+    uvec4 o = uvec4(0u);
+    for (uint k = 0u; k < UNIT_LEN; k++) {
+        float y = result(unit_elem(w, k), i + k, p);
 #if defined(DTYPE_F32)
+        o[k] = floatBitsToUint(y);
+#else
+        o[k >> 1] |= f32_to_f16(y) << ((k & 1u) * 16u);
+#endif
+    }
+    out_units[s.first_unit + u] = o;
+#elif defined(DTYPE_F32)
     vec4 v = uintBitsToFloat(w);
     out_units[s.first_unit + u] = floatBitsToUint(vec4(
         result(v.x, i, p), result(v.y, i + 1u, p), result(v.z, i + 2u, p), result(v.w, i + 3u, p)));
@@ -297,12 +326,14 @@ void write_unit(Span s, uint u, PREP_T p) {
 void write_row(uint row, uint lane, uint lanes, PREP_T p) {
     Span s = row_span(row);
     uint u = lane;
-    for (; u + (UNROLL - 1u) * lanes < s.units; u += UNROLL * lanes) {
+#if UNROLL == 4
+    for (; u + 3u * lanes < s.units; u += 4u * lanes) {
         write_unit(s, u, p);
         write_unit(s, u + lanes, p);
         write_unit(s, u + 2u * lanes, p);
         write_unit(s, u + 3u * lanes, p);
     }
+#endif
     for (; u < s.units; u += lanes) write_unit(s, u, p);
     for (uint q = lane; q < s.head + s.tail; q += lanes) {
         uint i = loose_index(s, q);
@@ -317,8 +348,6 @@ void write_row(uint row, uint lane, uint lanes, PREP_T p) {
 
 
 #else  // LAYOUT_STRIDED
-
-#define UNROLL 4u
 
 // Offsets of index `rem` over dimensions first .. first + rank - 1 (innermost last) of the meta table,
 // in the input and the output. (A loop of `rank` iterations: written as MAX_DIMS uniform branches it
@@ -348,12 +377,14 @@ void acc_elem(inout ACC_T acc, uint base, uint i) { acc_add(acc, load_elem(base 
 void accumulate(uint row, uint lane, uint lanes, inout ACC_T acc) {
     uint base = row_offsets(row).x;
     uint i = lane;
-    for (; i + (UNROLL - 1u) * lanes < pc.row_len; i += UNROLL * lanes) {
+#if UNROLL == 4
+    for (; i + 3u * lanes < pc.row_len; i += 4u * lanes) {
         acc_elem(acc, base, i);
         acc_elem(acc, base, i + lanes);
         acc_elem(acc, base, i + 2u * lanes);
         acc_elem(acc, base, i + 3u * lanes);
     }
+#endif
     for (; i < pc.row_len; i += lanes) acc_elem(acc, base, i);
 }
 
@@ -370,12 +401,14 @@ void write_elem(uvec2 base, uint i, PREP_T p) {
 void write_row(uint row, uint lane, uint lanes, PREP_T p) {
     uvec2 base = row_offsets(row);
     uint i = lane;
-    for (; i + (UNROLL - 1u) * lanes < pc.row_len; i += UNROLL * lanes) {
+#if UNROLL == 4
+    for (; i + 3u * lanes < pc.row_len; i += 4u * lanes) {
         write_elem(base, i, p);
         write_elem(base, i + lanes, p);
         write_elem(base, i + 2u * lanes, p);
         write_elem(base, i + 3u * lanes, p);
     }
+#endif
     for (; i < pc.row_len; i += lanes) write_elem(base, i, p);
 }
 
@@ -390,7 +423,10 @@ STATE_T butterfly(STATE_T st, uint lanes) {
     return st;
 }
 
-shared STATE_T partial[2][MAX_SUBGROUPS];
+// One state per subgroup: a subgroup has at least one invocation (Vulkan allows subgroups of 1), so a
+// workgroup has at most gl_WorkGroupSize.x of them. 16 bytes per invocation: 16 KiB, the spec's minimum
+// maxComputeSharedMemorySize, at 1,024 (the engine keeps the workgroup within the device's limits).
+shared STATE_T partial[2][gl_WorkGroupSize.x];
 
 void rows_per_workgroup() {
     // Two buffers for the subgroups' states, alternating by row: a subgroup can write the next row's

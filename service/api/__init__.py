@@ -14,7 +14,7 @@ from ..shared_memory import SharedMemoryRegistry
 from ..slots import SHM_DIR, owner_tag
 from ..supervisor import registry_owner
 from ..worker import DeviceWorker
-from . import errors, health, statistics, v1, v2, v2_shm
+from . import errors, health, openapi, statistics, v1, v2, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
 from .metrics import Metrics
@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await worker.close()
         runtime.shared_memory.close()
 
-    app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan,
+    app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,  # openapi.install
                   description="DirectML's activation operators on any Vulkan device")
     # One registration file per server, shared by its HTTP processes and kept across their restarts.
     server = registry_owner(settings.workers)
@@ -58,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(statistics.router)  # before v2's: /v2/models/stats is no model's metadata
     app.include_router(v2.router)
     app.include_router(v2_shm.router)
+    app.include_router(v2_shm.cuda_router)
     app.add_middleware(v2.RequestIdMiddleware)
+    openapi.install(app)
 
     return app

@@ -58,12 +58,13 @@ def value_bound(raw: memoryview) -> int:
     return count
 
 
-def load_header(raw: memoryview, max_values: int) -> dict:
+def load_header(raw: memoryview, max_values: int, framed: bool = True) -> dict:
     """A request's JSON header (an object); 413 past ``max_values`` values, 400 for text that is not
-    JSON, nests too deeply, holds an integer too long to convert or a lone surrogate."""
+    JSON, nests too deeply, holds an integer too long to convert or a lone surrogate. ``framed``: the
+    request gave its header's length (see client.codec.parse_header)."""
     if len(raw) > max_values and value_bound(raw) > max_values:
         raise PayloadTooLarge(f"the JSON text holds more than {max_values} values (VKACT_MAX_JSON_VALUES); send large tensors as binary data")
-    header = parse_header(raw)  # a CodecError (400) for what is not a JSON object
+    header = parse_header(raw, framed)  # a CodecError (400) for what is not a JSON object
     if _SURROGATE_ESCAPE.search(raw) is not None and _has_lone_surrogate(header):
         raise InvalidRequest("malformed JSON: a \\u escape names a lone surrogate, which is not a Unicode character")
     return header

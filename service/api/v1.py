@@ -31,6 +31,7 @@ from .execution import FrameResponse, answered, binary_frame, count_against, fra
 from .header_cache import HeaderCache
 from .json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
 from .runtime import device_worker, runtime
+from .v2_encoding import decode_body
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -141,8 +142,8 @@ def _check_output_bounded(op: OperatorDesc) -> None:
         )
 
 
-def parse_body(raw: memoryview, tail: memoryview, max_tensor_bytes: int, max_json_values: int) -> tuple[Parsed, list[np.ndarray]]:
-    parsed, buffers = parse_request(load_header(raw, max_json_values), tail, max_tensor_bytes)
+def parse_body(raw: memoryview, tail: memoryview, max_tensor_bytes: int, max_json_values: int, framed: bool) -> tuple[Parsed, list[np.ndarray]]:
+    parsed, buffers = parse_request(load_header(raw, max_json_values, framed), tail, max_tensor_bytes)
     if parsed.encoding is Encoding.JSON:
         check_answer_values(parsed.op.output.total_bytes // parsed.op.data_type.info.size, max_json_values,
                             "ResponseEncoding", "ask for binary or base64")
@@ -156,8 +157,11 @@ async def execute(request: Request) -> Response:
     started = time.perf_counter()
     state = runtime(request)
     worker = device_worker(request)
-    body = await read_body(request, state.settings.max_body_bytes)
-    raw, tail = frame_parts(body, request.headers.get(HEADER_LENGTH))
+    limit = state.settings.max_body_bytes
+    # Content-Encoding as /v2 takes it (gzip, deflate; 415 for others), not read as UTF-8 JSON
+    body = await decode_body(await read_body(request, limit), request.headers.get("content-encoding"), limit)
+    header_length = request.headers.get(HEADER_LENGTH)
+    raw, tail = frame_parts(body, header_length)
     if not worker.ready or worker.info is None:
         raise NotReady("the device is not ready yet")
     max_tensor_bytes = worker.info["max_tensor_bytes"]
@@ -167,7 +171,7 @@ async def execute(request: Request) -> Response:
     if parsed is not None:
         buffers = parsed.buffers(tail)
     else:
-        args = (raw, tail, max_tensor_bytes, state.settings.max_json_values)
+        args = (raw, tail, max_tensor_bytes, state.settings.max_json_values, header_length is not None)
         # A long JSON text (numbers, base64) is parsed and decoded in a thread, so probes and other
         # requests are answered meanwhile.
         parsed, buffers = await in_json_thread(parse_body, *args) if len(raw) > INLINE_BYTES else parse_body(*args)

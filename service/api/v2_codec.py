@@ -13,10 +13,10 @@ from typing import Annotated, Any, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from client.codec import HEADER_LENGTH, frame_parts
+from client.codec import HEADER_LENGTH, CodecError, frame_parts
 
 from ..errors import InvalidRequest
-from ..operators import OperatorDesc, descriptor_error, parse_operator
+from ..operators import OperatorDesc, descriptor_error, parse_operator, short_name
 from ..shared_memory import Region, RegionInput
 from .json_text import load_header
 from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
@@ -88,7 +88,13 @@ def parse_frame(body: memoryview, header_length: str | None, op: type[OperatorDe
         raw = RequestInput(name=op.input_fields[0], shape=[len(body) // size], datatype=datatype, parameters={"binary_data_size": len(body)})
         return InferenceRequest(inputs=[raw], parameters={"binary_data_output": True}), body
     raw, tail = frame_parts(body, header_length)
-    return envelope(load_header(raw, max_json_values)), tail
+    try:
+        header = load_header(raw, max_json_values, header_length is not None)
+    except CodecError as exc:
+        if exc.field != HEADER_LENGTH or header_length is not None:
+            raise
+        raise CodecError(f"{exc.message}; a raw binary body (one input's bytes, no JSON) needs it set to 0", HEADER_LENGTH) from None
+    return envelope(header), tail
 
 
 def envelope(header: Any) -> InferenceRequest:
@@ -132,9 +138,13 @@ def build_operator(model: type[OperatorDesc], req: InferenceRequest, max_tensor_
             continue  # protocol-level parameters with no bearing on the operator
         elif key not in fields:
             accepted = ", ".join(fields) or "none"
-            raise InvalidRequest(f"{model.type_name()} has no parameter {key!r}; its parameters are {accepted}", f"parameters.{key}")
-        elif isinstance(value, str) and is_array_param(model, key):
+            elsewhere = getattr(model, "field_elsewhere", lambda _: None)(key)
+            hint = f" ({elsewhere}: model {short_name(model)}1)" if elsewhere else ""
+            raise InvalidRequest(f"{model.type_name()} has no parameter {key!r}; its parameters are {accepted}{hint}", f"parameters.{key}")
+        elif is_array_param(model, key) and isinstance(value, str):
             desc[key] = [part.strip() for part in value.split(",") if part.strip()]  # "0,2" -> [0, 2]
+        elif is_array_param(model, key) and isinstance(value, int) and not isinstance(value, bool):
+            desc[key] = [value]  # a Triton scalar parameter: one axis
         else:
             desc[key] = value
     try:

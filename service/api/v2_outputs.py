@@ -94,8 +94,9 @@ async def encode_response(
     for plan in plans:
         entry: dict[str, Any] = {"name": plan.name, "datatype": datatype, "shape": list(op.output.Sizes)}
         if plan.region is not None:
+            # No parameters, as Triton answers: its C++ client (perf_analyzer) reads any output's
+            # parameters as a binary tensor's and stops on the missing binary_data_size.
             await region(plan.region).write(plan.offset, data, plan.field)
-            entry["parameters"] = {"shared_memory_region": plan.region, "shared_memory_byte_size": nbytes}
         elif plan.binary:
             entry["parameters"] = {"binary_data_size": nbytes}
             binaries.append(data)

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import InvalidRequest
-from ..shared_memory import SharedMemoryRegistry
+from ..shared_memory import SharedMemoryRegistry, UnknownRegion
 from .execution import CONTROL_BODY_BYTES, read_body
 from .runtime import runtime
 
@@ -61,4 +61,37 @@ async def unregister(request: Request, name: str) -> Response:
 @router.post("/unregister", summary="Unregister every region")
 async def unregister_all(request: Request) -> Response:
     _registry(request).unregister()
+    return Response()
+
+
+# -- /v2/cudasharedmemory: answered as Triton built without GPU support answers it --------------------
+# perf_analyzer unregisters CUDA regions at start and exit whatever --shared-memory says; Triton without
+# GPUs lists no regions, refuses a registration (INVALID_ARG: 400) and unregisters nothing, successfully.
+
+cuda_router = APIRouter(prefix="/v2/cudasharedmemory", tags=["v2"])
+
+
+@cuda_router.get("/status", summary="CUDA shared memory regions: none, this server has no CUDA memory")
+async def cuda_status() -> list[dict]:
+    return []
+
+
+@cuda_router.get("/region/{name}/status", summary="One CUDA shared memory region: never registered (404)")
+async def cuda_region_status(name: str) -> list[dict]:
+    raise UnknownRegion(f"no CUDA shared memory region {name!r} is registered: vkact has no CUDA memory")
+
+
+@cuda_router.post("/region/{name}/register", summary="Register a CUDA region: refused (400), vkact has no CUDA memory")
+async def cuda_register(name: str) -> Response:
+    raise InvalidRequest(f"failed to register CUDA shared memory region: {name!r}, GPUs not supported: "
+                         "vkact runs on Vulkan and serves system shared memory only (/v2/systemsharedmemory)")
+
+
+@cuda_router.post("/region/{name}/unregister", summary="Unregister a CUDA region: nothing is registered")
+async def cuda_unregister(name: str) -> Response:
+    return Response()
+
+
+@cuda_router.post("/unregister", summary="Unregister every CUDA region: nothing is registered")
+async def cuda_unregister_all() -> Response:
     return Response()

@@ -78,6 +78,22 @@ class LastAxisReduction(ReductionDesc):
     def reduced_axes(self) -> tuple[int, ...]:
         return (len(self.InputTensor.Sizes) - 1,)
 
+    @classmethod
+    def field_elsewhere(cls, field: str) -> str | None:
+        """Where a field this operator lacks lives: Axes and AxisCount belong to its "1" successor."""
+        if field in AxesReduction.length_fields or field == "Axes":
+            return f"{cls.type_name()} reduces over the last dimension only; {cls.type_name()}1 takes {field}"
+        return None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_axes(cls, data: object) -> object:
+        # Without this, pydantic's "Extra inputs are not permitted" would not say which operator has Axes.
+        for field in ("Axes", "AxisCount"):
+            if isinstance(data, dict) and field in data:
+                raise DescriptorError(field, cls.field_elsewhere(field) or "")
+        return data
+
     @model_validator(mode="after")
     def _effective_rank(self) -> LastAxisReduction:
         sizes = self.InputTensor.Sizes

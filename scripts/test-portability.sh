@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The portability suite: the tests on two conformant Vulkan drivers, lavapipe (Mesa) and SwiftShader
+# (Google's, in Debian's chromium-common), each under the Khronos validation layer with synchronization
+# validation on (tests/vulkan_validation.py: a validation error fails the test), engine and conformance
+# tests in both memory modes (host, device: the `memory` fixture), the service tests once per driver.
+# Each run writes a JSON report into $OUT; scripts/tested_on.py makes README's "Tested on" table of them.
+#
+# usage: scripts/test-portability.sh [extra pytest args]
+# env:   VKACT_VENV (default .venv), VKACT_PORTABILITY_OUT (default .cache/portability)
+#        VKACT_PORTABILITY_ONLY=NAME[,NAME]  rerun these runs only (e.g. swiftshader-service), keeping
+#                                            the other reports of the previous run for the table
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${VKACT_VENV:-$PWD/.venv}/bin/python
+OUT=${VKACT_PORTABILITY_OUT:-.cache/portability}
+SWIFTSHADER=/usr/lib/chromium/vk_swiftshader_icd.json
+LAVAPIPE=$(ls /usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null | head -n1)
+# A run that goes wrong on a CPU driver must not take the machine with it (others share it):
+# a wall-clock limit per run and an address-space limit per process.
+RUN_TIMEOUT_S=1500
+ADDRESS_SPACE_KB=16000000
+
+die() { printf 'test-portability.sh: error: %s\n' "$*" >&2; exit 2; }
+[[ -f $SWIFTSHADER ]] || die "no SwiftShader at $SWIFTSHADER (apt-get install chromium-common; make setup does)"
+[[ -n $LAVAPIPE ]] || die "no lavapipe ICD in /usr/share/vulkan/icd.d (apt-get install mesa-vulkan-drivers)"
+[[ -f /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json ]] \
+  || die "no Khronos validation layer (apt-get install vulkan-validationlayers; make setup does)"
+
+ONLY=${VKACT_PORTABILITY_ONLY:-}
+[[ -n $ONLY ]] || rm -rf "$OUT"
+mkdir -p "$OUT"
+failed=()
+
+# run NAME ICD SERVICE_MEMORY SUITE... : one pytest run under validation, its report in $OUT/NAME.json
+run() {
+  local name=$1 icd=$2 memory=$3; shift 3
+  [[ -z $ONLY || ,$ONLY, == *,$name,* ]] || return 0
+  local suite=() arg
+  for arg in "$@"; do [[ $arg == tests/* && $arg != *::* ]] && suite+=("$arg"); done
+  printf '==> %s: %s (service memory %s)\n' "$name" "$*" "$memory"
+  local started=$SECONDS
+  ( ulimit -v "$ADDRESS_SPACE_KB"
+    VK_ICD_FILENAMES=$icd VK_DRIVER_FILES=$icd VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host,device \
+    VKACT_MEMORY=$memory VKACT_RUN_REPORT=$OUT/$name.json VKACT_RUN_SUITE="${suite[*]}" \
+    timeout -k 30 "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider "$@" "${EXTRA[@]}" ) || failed+=("$name")
+  printf '    %s: %d s\n' "$name" $((SECONDS - started))
+}
+
+EXTRA=("$@")
+# Engine + conformance (every kernel, both memory modes) on both drivers: the core. The service, client
+# and descriptor tests once per driver: the service's device worker in device memory on lavapipe (where
+# `make test` covers host memory), in host memory on SwiftShader.
+run lavapipe-engine "$LAVAPIPE" auto tests/engine tests/conformance tests/glsl
+run lavapipe-service "$LAVAPIPE" device tests/service tests/client tests/descriptors
+run swiftshader-engine "$SWIFTSHADER" auto tests/engine tests/conformance tests/glsl
+run swiftshader-service "$SWIFTSHADER" host tests/service tests/client tests/descriptors
+
+"$PY" scripts/tested_on.py "$OUT"/*.json
+if ((${#failed[@]})); then
+  printf 'test-portability.sh: failed: %s\n' "${failed[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,59 @@
+"""Per-device choices of the engine and the device worker, each tied to where it was measured.
+
+Everything tuned so far was measured on llvmpipe (lavapipe) on a 2-core machine. Those figures hold
+where they were measured and nowhere else: llvmpipe gets its measured paths, another CPU driver
+(SwiftShader) the CPU facts that do not depend on the driver (its workgroups run on threads that share
+the cores with the HTTP process), and a GPU what a GPU needs (device-local memory behind staging on a
+discrete one, one unit per invocation, as many workgroups as the work takes, no CPU pinning or niceness).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .vulkan_probe import PhysicalDevice
+
+# llvmpipe ends every loop of a shader invocation once its loops have run 65535 iterations in all
+# (LP_MAX_TGSI_LOOP_ITERATIONS), silently; reductions keep each invocation within this many.
+LLVMPIPE_LOOP_BUDGET = 32768
+# The llvmpipe reduction kernels take this many element steps per loop iteration (UNROLL in
+# glsl/common/reduction.glsl) to stay within the budget on long rows.
+LLVMPIPE_UNROLL = 4
+# Units (16-byte vectors, or elements when strided) per invocation on llvmpipe: it runs each SIMD batch
+# of a workgroup through the whole loop, so about four steps amortise the workgroup's set-up without
+# scattering its loads (measured: 9.5 GB/s against 7.9 at one step and 2.4 at 64).
+LLVMPIPE_UNITS_PER_INVOCATION = 4
+
+
+@dataclass(frozen=True)
+class Tuning:
+    memory: str                     # Settings.memory 'auto': 'host' (zero copy) or 'device' (staging)
+    units_per_invocation: int       # elementwise kernels' units per invocation
+    cpu_workgroups: bool            # reductions: few workgroups per core (a CPU pays per workgroup)
+    loop_budget: int | None         # loop iterations an invocation may run (llvmpipe), else unbounded
+    reduction_unroll: int           # Variant.unroll of the reduction kernels
+    small_dispatch_engine: bool     # a second llvmpipe engine without its compute pool (worker_process)
+    pin_cpu: bool                   # pin_cpu 'auto' pins the latency path (cpu_placement)
+    nice_driver_threads: bool       # the driver's threads run at worker_nice
+
+
+def tuning_for(device: PhysicalDevice) -> Tuning:
+    llvmpipe = device.driver_name == "llvmpipe"
+    cpu = device.is_cpu
+    return Tuning(
+        memory="device" if device.type == "discrete-gpu" else "host",   # a CPU or shared-memory GPU has one memory
+        units_per_invocation=LLVMPIPE_UNITS_PER_INVOCATION if llvmpipe else 1,
+        cpu_workgroups=cpu,
+        loop_budget=LLVMPIPE_LOOP_BUDGET if llvmpipe else None,
+        reduction_unroll=LLVMPIPE_UNROLL if llvmpipe else 1,
+        small_dispatch_engine=llvmpipe,
+        pin_cpu=cpu,
+        nice_driver_threads=cpu,
+    )
+
+
+def workgroup_size(wanted: int, max_invocations: int, max_size_x: int) -> int:
+    """The kernels' workgroup size: ``wanted`` (Settings.local_size) within the device's
+    maxComputeWorkGroupInvocations and maxComputeWorkGroupSize[0] (the spec guarantees 128), rounded
+    down to a power of two so that every subgroup is full (the reductions' shuffles read every lane)."""
+    size = max(1, min(wanted, max_invocations, max_size_x))
+    return 1 << (size.bit_length() - 1)

@@ -1,0 +1,57 @@
+"""Which path each device type takes (service/device_tuning.py): llvmpipe its measured ones, another CPU
+driver the driver-independent CPU facts, a GPU the GPU defaults. Devices are described, not opened."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from service.device_tuning import LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNROLL, tuning_for, workgroup_size
+from service.vulkan_probe import PhysicalDevice
+
+BASE = PhysicalDevice(index=0, name="", type="cpu", vendor_id=0, device_id=0, api_version="1.3.0", driver_name="",
+                      driver_info="", max_storage_buffer_range=1 << 27, max_push_constants_size=128,
+                      max_memory_allocation_count=4096, subgroup_size=32, subgroup_operations=0xFF)
+LLVMPIPE = dataclasses.replace(BASE, name="llvmpipe (LLVM 15.0.6, 256 bits)", driver_name="llvmpipe", subgroup_size=8)
+SWIFTSHADER = dataclasses.replace(BASE, name="SwiftShader Device (Subzero)", driver_name="SwiftShader driver", subgroup_size=4)
+DISCRETE = dataclasses.replace(BASE, name="NVIDIA GeForce RTX 4090", type="discrete-gpu", driver_name="NVIDIA")
+INTEGRATED = dataclasses.replace(BASE, name="Intel(R) UHD Graphics 770", type="integrated-gpu", driver_name="Intel open-source Mesa driver")
+
+
+def test_llvmpipe_takes_every_path_measured_on_it():
+    t = tuning_for(LLVMPIPE)
+    assert t.memory == "host" and t.units_per_invocation == 4 and t.cpu_workgroups
+    assert t.loop_budget == LLVMPIPE_LOOP_BUDGET and t.reduction_unroll == LLVMPIPE_UNROLL
+    assert t.small_dispatch_engine and t.pin_cpu and t.nice_driver_threads
+
+
+def test_another_cpu_driver_gets_the_cpu_facts_but_none_of_llvmpipes_own():
+    t = tuning_for(SWIFTSHADER)
+    assert t.memory == "host" and t.cpu_workgroups and t.pin_cpu and t.nice_driver_threads
+    assert t.units_per_invocation == 1 and t.loop_budget is None and t.reduction_unroll == 1
+    assert not t.small_dispatch_engine
+
+
+@pytest.mark.parametrize("device, memory", [(DISCRETE, "device"), (INTEGRATED, "host")], ids=["discrete", "integrated"])
+def test_a_gpu_gets_the_gpu_defaults(device, memory):
+    t = tuning_for(device)
+    assert t.memory == memory       # staging in front of VRAM on a discrete GPU; one memory on an integrated one
+    assert t.units_per_invocation == 1 and not t.cpu_workgroups and t.loop_budget is None and t.reduction_unroll == 1
+    assert not (t.small_dispatch_engine or t.pin_cpu or t.nice_driver_threads)
+
+
+@pytest.mark.parametrize("wanted, invocations, size_x, expected", [
+    (256, 1024, 1024, 256),      # lavapipe, SwiftShader and most GPUs
+    (256, 128, 1024, 128),       # the spec's minimum maxComputeWorkGroupInvocations
+    (1024, 1024, 512, 512),      # maxComputeWorkGroupSize[0] below the invocations
+    (96, 1024, 1024, 64),        # full subgroups: a power of two
+])
+def test_workgroup_size_within_the_device_limits(wanted, invocations, size_x, expected):
+    assert workgroup_size(wanted, invocations, size_x) == expected
+
+
+def test_the_engine_follows_the_tuning_of_its_device(engine):
+    t = tuning_for(engine.device)
+    assert engine.tuning == t
+    assert (engine.units_per_invocation, engine.reduction_unroll) == (t.units_per_invocation, t.reduction_unroll)
+    assert engine.local_size <= engine._mgr.get_device_properties()["max_work_group_invocations"]

@@ -1,0 +1,123 @@
+"""/openapi.json is a valid OpenAPI document that describes what the service really takes and answers:
+README's example requests validate against its request body schemas, the errors the server sends
+validate against its error schemas for their codes, and /docs and /redoc load no asset from elsewhere."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+import jsonschema
+import pytest
+from openapi_spec_validator import validate
+
+from tests.service.test_readme import curl_commands
+
+
+@pytest.fixture(scope="module")
+def spec(server) -> dict[str, Any]:
+    with server.client() as http:
+        document = http.get("/openapi.json").json()
+    validate(document)  # OpenAPI 3.1's own schema, and every $ref resolves
+    return document
+
+
+def schema_validator(spec: dict, schema: dict) -> jsonschema.Draft202012Validator:
+    """A validator for one schema of the document, its #/components/... references resolved in it."""
+    return jsonschema.Draft202012Validator({**schema, "components": spec["components"]})
+
+
+def body_schema(spec: dict, path: str) -> dict:
+    return spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+
+
+def error_schema(spec: dict, path: str, method: str, status: int) -> dict:
+    return spec["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
+
+
+def readme_posts() -> list[tuple[str, dict]]:
+    """(the OpenAPI path, the JSON body) of every README curl command that POSTs a body."""
+    posts = []
+    for command in curl_commands():
+        words = shlex.split(command)
+        if "-d" in words:
+            url = next(w for w in words if w.startswith("http://"))
+            path = re.sub(r"^/v2/models/[^/]+/infer$", "/v2/models/{model}/infer", url.split("8000", 1)[1])
+            posts.append((path, json.loads(words[words.index("-d") + 1])))
+    return posts
+
+
+def test_every_post_route_declares_its_body_and_no_fastapi_422(spec):
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                schema = json.dumps(response)
+                assert "HTTPValidationError" not in schema and "detail" not in schema, (path, method, status)
+            if method == "post" and not path.endswith("unregister") and "/repository/models/" not in path:
+                assert "requestBody" in operation, path
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+def test_v1_operator_union_is_discriminated_by_type(spec):
+    operator = spec["components"]["schemas"]["ExecuteBody"]["properties"]["Operator"]
+    assert operator["discriminator"]["propertyName"] == "Type"
+    assert "DML_OPERATOR_ACTIVATION_SOFTMAX1" in operator["discriminator"]["mapping"]
+    assert len(operator["oneOf"]) == len(operator["discriminator"]["mapping"])
+
+
+@pytest.mark.parametrize("path,body", readme_posts(), ids=lambda v: v if isinstance(v, str) else "")
+def test_readme_requests_validate_against_the_schema(spec, http, path, body):
+    schema_validator(spec, body_schema(spec, path)).validate(body)
+
+
+def test_the_schema_refuses_what_the_service_refuses(spec):
+    (_, good), *_ = [(p, b) for p, b in readme_posts() if p == "/v1/execute"]
+    v1 = schema_validator(spec, body_schema(spec, "/v1/execute"))
+    for broken in ({**good, "Operator": {**good["Operator"], "Type": "DML_OPERATOR_ACTIVATION_NOPE"}},
+                   {**good, "Operator": {**good["Operator"], "Threshold": "high"}},
+                   {**good, "Inputs": {"InputTensor": {"base64": 3}}},
+                   {**good, "Extra": 1}):
+        assert not v1.is_valid(broken), broken
+    v2 = schema_validator(spec, body_schema(spec, "/v2/models/{model}/infer"))
+    assert not v2.is_valid({"inputs": [{"name": "InputTensor", "shape": [-1], "datatype": "FP32"}]})
+    register = schema_validator(spec, body_schema(spec, "/v2/systemsharedmemory/region/{name}/register"))
+    assert register.is_valid({"key": "/k", "offset": 0, "byte_size": 64})
+    assert not register.is_valid({"key": "/k", "byte_size": 0})
+
+
+def test_errors_sent_match_their_declared_schemas(spec, http):
+    cases = [
+        ("/v1/execute", "post", http.post("/v1/execute", content=b"{not json")),
+        ("/v1/execute", "post", http.post("/v1/execute", json={"Operator": {"Type": "DML_OPERATOR_ACTIVATION_RELU"}, "Inputs": {}})),
+        ("/v1/execute", "post", http.post("/v1/execute", content=b"{}", headers={"Content-Encoding": "br"})),
+        ("/v2/models/{model}/infer", "post", http.post("/v2/models/relu/infer", json={"inputs": []})),
+        ("/v2/models/{model}/infer", "post", http.post("/v2/models/nope/infer", json={"inputs": []})),
+        ("/v2/models/{model}", "get", http.get("/v2/models/nope")),
+        ("/v2/systemsharedmemory/region/{name}/register", "post", http.post("/v2/systemsharedmemory/region/r/register", content=b"{}")),
+        ("/v2/cudasharedmemory/region/{name}/register", "post", http.post("/v2/cudasharedmemory/region/r/register", content=b"{}")),
+    ]
+    for path, method, response in cases:
+        assert response.status_code >= 400, (path, response.text)
+        schema_validator(spec, error_schema(spec, path, method, response.status_code)).validate(response.json())
+
+
+def test_successful_answers_match_their_declared_schemas(spec, http):
+    for path, body in readme_posts():
+        response = http.post(path.replace("{model}", "shrink"), json=body)
+        if response.status_code == 200:
+            ok = spec["paths"][path]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+            schema_validator(spec, ok).validate(response.json())
+        else:  # README shows a refusal too (a feature level's constraint)
+            schema_validator(spec, error_schema(spec, path, "post", response.status_code)).validate(response.json())
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_docs_load_only_local_assets(http, page):
+    html = http.get(page)
+    assert html.status_code == 200
+    assets = re.findall(r"""(?:src|href)=["']([^"']+)""", html.text) + re.findall(r"""url: ?["']([^"']+)""", html.text)
+    assert assets and not [a for a in assets if re.match(r"(https?:)?//", a)], assets
+    for asset in assets:
+        response = http.get(asset)
+        assert response.status_code == 200 and len(response.content) > 1000, asset
