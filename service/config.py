@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     slot_bytes: int = Field(1 << 30, ge=1 << 20, description="shared memory (/dev/shm) the tensor slots of one HTTP process may hold; a request that needs more than this alone is a 413, one that finds it taken by requests in flight a 503")
     idle_release_s: float = Field(60.0, gt=0, description="tensor slots and the engine's buffers and pipelines unused for this long (up to twice) are freed")
     max_pipelines: int = Field(256, ge=8, description="compiled pipelines the engine keeps (least recently used out): bounds the device worker's memory over many distinct descriptors")
+    worker_start_timeout_s: float = Field(120.0, gt=0, description="a device worker that has not reported ready this long after it started (a driver hung creating the device) is killed and started again")
 
     @model_validator(mode="after")
     def _one_process_per_pinned_cpu(self) -> "Settings":

@@ -30,6 +30,7 @@ from .errors import InvalidRequest, VkactError
 
 SHM_DIR = "/dev/shm"
 RESERVED_PREFIX = "vkact-"  # the device worker's own slots: never a client's region
+MAX_NAME = 256  # characters of a region name: bounds the registry (every registration rewrites it whole)
 LARGE_IO = 1 << 20  # region reads and writes above this size run in a thread, keeping the event loop free
 
 
@@ -95,14 +96,12 @@ class Region:
                 field,
             )
 
-    async def read(self, start: int, size: int, total: int, field: str | None) -> np.ndarray:
-        """``size`` bytes at ``start`` of the region, zero-padded to ``total`` bytes."""
-        buffer = np.empty(total, np.uint8)
-        buffer[size:] = 0
+    async def read_into(self, dst: np.ndarray, start: int, size: int, field: str | None) -> None:
+        """``size`` bytes at ``start`` of the region into ``dst`` (bytes), the rest of ``dst`` zeroed."""
+        dst[size:] = 0
         self.check_size(field)
-        if await _io(os.preadv, self.fd, buffer[:size], self.spec.offset + start) != size:
+        if await _io(os.preadv, self.fd, dst[:size], self.spec.offset + start) != size:
             raise self._shrunk(field)
-        return buffer
 
     async def write(self, start: int, data: np.ndarray, field: str | None) -> None:
         """``data`` into the region at ``start``; an object shrunk before is refused (pwrite would extend it)."""
@@ -120,6 +119,21 @@ class Region:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+@dataclass(frozen=True)
+class RegionInput:
+    """An input tensor that is still in its region: the device worker reads it straight into the job's
+    slot (``fill``), one copy where reading it into a buffer first made two."""
+
+    region: Region
+    start: int
+    size: int
+    nbytes: int  # the descriptor's buffer (``size`` rounded up to 4 bytes): what ``fill`` writes
+    field: str | None
+
+    async def fill(self, dst: np.ndarray) -> None:
+        await self.region.read_into(dst, self.start, self.size, self.field)
 
 
 async def _io(call, fd: int, buffer: np.ndarray, offset: int) -> int:
@@ -206,6 +220,8 @@ class SharedMemoryRegistry:
     # -- the extension's operations --------------------------------------------------------------------
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        if len(name) > MAX_NAME:
+            raise InvalidRequest(f"a shared memory region name is at most {MAX_NAME} characters; this one has {len(name)}", "name")
         spec = RegionSpec(name, key, offset, byte_size)
         with self._changing() as specs:
             if name in specs:

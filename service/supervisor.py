@@ -59,8 +59,10 @@ def supervise(argv: list[str]) -> int:
     returns its last exit status."""
     stop = threading.Event()
     child: subprocess.Popen | None = None
+    stopped_by: list[int] = []  # the signal that told us to stop
 
     def forward(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
         stop.set()
         if child is not None and child.poll() is None:
             child.send_signal(signum)
@@ -74,6 +76,8 @@ def supervise(argv: list[str]) -> int:
         while not stop.is_set():
             started = time.monotonic()
             child = subprocess.Popen([sys.executable, "-m", "service", "--no-supervise", *argv], env=env)
+            if stop.is_set():  # told to stop while Popen ran: forward() saw the previous, dead child
+                child.send_signal(stopped_by[-1])
             code = child.wait()
             if stop.is_set() or code == 0:
                 break

@@ -16,10 +16,10 @@ import multiprocessing as mp
 import pickle
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -49,6 +49,14 @@ async def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
         dst[...] = src
 
 
+
+
+class Source(Protocol):
+    """An input whose bytes are written into the job's slot by the source itself (shared_memory.RegionInput)."""
+
+    nbytes: int
+
+    async def fill(self, dst: np.ndarray) -> None: ...
 
 
 class _TemplateIds:
@@ -177,6 +185,7 @@ class DeviceWorker:
         self._dispatcher: asyncio.Task | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._closing = False
+        self._started_at = 0.0                      # monotonic time of the worker's start
         self.pinned_cpu: int | None = None           # the event loop's CPU, when pinned
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -208,6 +217,7 @@ class DeviceWorker:
         cpu = choose_cpu(self.settings.pin_cpu, self.settings.workers)
         self._proc = ctx.Process(target=worker_main, args=(child, self.settings.model_dump(), cpu, PROCESS_CPUS), name="vkact-device", daemon=True)
         self._proc.start()
+        self._started_at = time.monotonic()
         child.close()
         loop = asyncio.get_running_loop()
         loop.add_reader(parent.fileno(), self._on_message)
@@ -220,13 +230,22 @@ class DeviceWorker:
     def _watch(self) -> None:
         """Kill a worker whose oldest job has been on the device for longer than device_timeout_s: a
         hung device or driver must not hold the service. Its jobs fail, readiness drops until the
-        restarted worker reports, and the queue moves again (Kubernetes stops routing here meanwhile)."""
+        restarted worker reports, and the queue moves again (Kubernetes stops routing here meanwhile).
+        A worker still starting after worker_start_timeout_s is killed the same way."""
         if self._closing:
             return
         self._watchdog = asyncio.get_running_loop().call_later(WATCH_INTERVAL_S, self._watch)
         if time.monotonic() - self._trimmed_at >= self.settings.idle_release_s:
             self._trim()
-        if not self._inflight or self._proc is None or not self._proc.is_alive():
+        if self._proc is None or not self._proc.is_alive():
+            return
+        if not self._ready.is_set():  # still starting: a driver may hang in device creation too
+            starting = time.monotonic() - self._started_at
+            if starting > self.settings.worker_start_timeout_s:
+                log.error("the device worker has not reported ready in %.0f s (worker_start_timeout_s %g): killing it", starting, self.settings.worker_start_timeout_s)
+                self._proc.kill()
+            return
+        if not self._inflight:
             return
         running = time.perf_counter() - min(job.started_at for job in self._inflight.values())
         if running > self.settings.device_timeout_s:
@@ -271,9 +290,11 @@ class DeviceWorker:
     # -- requests -----------------------------------------------------------------------------------
 
     async def run(
-        self, op: OperatorDesc, inputs: list[np.ndarray], in_place: bool, key: bytes | None = None, waiting: Callable[[int], None] | None = None
+        self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None,
+        waiting: Callable[[int], None] | None = None,
     ) -> Result:
-        """Queue ``op`` on the device; raises Busy when the queue is full. ``key`` is ``op`` pickled
+        """Queue ``op`` on the device; raises Busy when the queue is full. An input is its bytes, or a
+        Source that writes them into the job's slot (and may raise a request's error meanwhile). ``key`` is ``op`` pickled
         (``pickled(op)``), for callers that keep it: the worker caches descriptors and their
         recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
         and -1 when it leaves the queue (to the device, or dropped)."""
@@ -288,7 +309,9 @@ class DeviceWorker:
         job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or pickled(op))
         try:
             for (offset, n), data in zip(offsets, inputs):
-                if n > LARGE:
+                if not isinstance(data, np.ndarray):  # read by the source itself (a shared memory region)
+                    await data.fill(slot.mapping.array[offset : offset + n])
+                elif n > LARGE:
                     await copy_into(slot.mapping.array[offset : offset + n], data)
                 else:  # in place: no coroutine for a small copy
                     slot.mapping.array[offset : offset + n] = data

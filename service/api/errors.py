@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,6 +29,31 @@ from .metrics import Metrics
 from .runtime import runtime
 
 log = logging.getLogger("vkact.api")
+
+
+class _EveryInterval:
+    """Log lines that requests cause, at most one per ``interval`` seconds (the rest counted into the
+    next): a client can cause thousands of 503s a second, and each line is written on the event loop,
+    which then runs at the speed of the log's reader (a full pipe blocks it outright)."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self._next = 0.0
+        self._skipped = 0
+
+    def error(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._skipped += 1
+            return
+        self._next = now + self.interval
+        if self._skipped:
+            message += f" (and {self._skipped} more such answer(s) not logged)"
+            self._skipped = 0
+        log.error(message, *args)
+
+
+_server_errors = _EveryInterval()
 
 
 class ErrorResponse(JSONResponse):
@@ -79,7 +105,7 @@ def _answer(request: Request, status: int, message: str, field: str | None = Non
 
 async def _vkact_error(request: Request, exc: VkactError) -> JSONResponse:
     if exc.status >= 500:
-        log.error("%s %s: %s", request.method, request.url.path, exc.message)
+        _server_errors.error("%s %s: %s", request.method, request.url.path, exc.message)
     # Every 503 (queue full, worker starting or lost) is transient: clients retry after Retry-After.
     headers = {"Retry-After": "1"} if exc.status == 503 else getattr(exc, "headers", None)
     return _answer(request, exc.status, exc.message, exc.field, headers)

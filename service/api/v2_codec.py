@@ -17,7 +17,7 @@ from client.codec import HEADER_LENGTH, CodecError, frame_parts
 
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, descriptor_error, parse_operator, short_name
-from ..shared_memory import Region
+from ..shared_memory import Region, RegionInput
 from .json_text import load_header
 from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
 
@@ -255,10 +255,11 @@ def json_inputs(op: OperatorDesc, req: InferenceRequest) -> dict[str, np.ndarray
 
 
 async def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryview, region: Callable[[str], Region],
-                        decoded: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+                        decoded: dict[str, np.ndarray] | None = None) -> list[np.ndarray | RegionInput]:
     """Each input's buffer, in the descriptor's order. ``region(name)`` opens a registered shared memory
-    region; its bytes are read (pread, never mapped: see shared_memory) into the buffer."""
-    buffers: dict[str, np.ndarray] = {}
+    region; an input there stays there (a RegionInput) until the device worker reads it (pread, never
+    mapped: see shared_memory) straight into its slot."""
+    buffers: dict[str, np.ndarray | RegionInput] = {}
     offset = 0
     for i, tensor in enumerate(req.inputs):
         field = f"inputs[{i}]"
@@ -294,7 +295,8 @@ async def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryvie
                 raise InvalidRequest(f"offset {start} + byte size {size} runs past region {name!r} ({memory.nbytes} bytes)", field)
             if size != nbytes:
                 raise InvalidRequest(f"{size} bytes given for {tensor.name!r}; shape {list(desc.Sizes)} of {tensor.datatype} is {nbytes} bytes", field)
-            buffers[tensor.name] = await memory.read(start, size, desc.total_bytes, f"{field}.parameters.shared_memory_region")
+            memory.check_size(f"{field}.parameters.shared_memory_region")  # a 400 now, before a slot is taken
+            buffers[tensor.name] = RegionInput(memory, start, size, desc.total_bytes, f"{field}.parameters.shared_memory_region")
             continue
         if size != nbytes:
             raise InvalidRequest(f"{size} bytes given for {tensor.name!r}; shape {list(desc.Sizes)} of {tensor.datatype} is {nbytes} bytes", field)

@@ -106,3 +106,111 @@ def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive
         if server.process.poll() is None:
             stop_server(server)
         os.unlink(f"/dev/shm{key}")
+
+
+def _stopped_while_starting(server) -> int:
+    """Kill the device worker and SIGSTOP its successor before it reports ready (a driver hung while
+    creating the device); the successor's pid. Tried again if the successor was ready first."""
+    with server.client() as client:
+        for _ in range(5):
+            old = worker_pid(server)
+            os.kill(old, signal.SIGKILL)
+            for _ in range(1000):
+                try:
+                    new = worker_pid(server)
+                except AssertionError:  # the old one not reaped yet, or none started yet
+                    new = old
+                if new != old:
+                    break
+                time.sleep(0.005)
+            os.kill(new, signal.SIGSTOP)
+            if client.get("/health/ready").status_code == 503:
+                return new
+            os.kill(new, signal.SIGCONT)
+            await_restarted_worker(client, 60)
+    raise AssertionError("the restarted worker was always ready before it could be stopped")
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_hung_while_starting_is_killed_and_started_again():
+    """A device worker that never reports ready (stopped here; a driver hung in device creation) was
+    waited for forever: readiness 503 for good. Past worker_start_timeout_s it is killed and replaced."""
+    server = start_server(worker_start_timeout_s=3)
+    try:
+        with server.client() as client:
+            one_request(client, 1)
+            hung = _stopped_while_starting(server)
+            deadline = time.monotonic() + 90
+            while client.get("/health/ready").status_code != 200 or worker_pid(server) == hung:
+                assert time.monotonic() < deadline, "the hung worker was never replaced"
+                time.sleep(0.2)
+            assert not os.path.exists(f"/proc/{hung}") or "Z" in open(f"/proc/{hung}/stat").read().split()[2]
+            for i in range(3):
+                one_request(client, i)
+    finally:
+        stop_server(server)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_while_the_supervisor_restarts_its_http_server_stops_both():
+    """SIGTERM that arrives while the supervisor starts a new HTTP process (its Popen running) was passed
+    to the dead one only: the new one ran on and the supervisor waited on it for good."""
+    for _ in range(2):
+        server = start_server(supervised=True)
+        supervisor = server.process.pid
+        try:
+            first = _children(supervisor)[0]
+            os.kill(first, signal.SIGKILL)
+            for _ in range(200_000):  # until the new HTTP process exists (forked, maybe not yet exec'd)
+                if [p for p in _children(supervisor) if p != first]:
+                    break
+            os.kill(supervisor, signal.SIGTERM)
+            assert server.process.wait(60) == 0, "the supervisor did not stop"
+            assert not _children(supervisor)
+        finally:
+            for pid in _children(supervisor):
+                os.kill(pid, signal.SIGKILL)
+            if server.process.poll() is None:
+                server.process.kill()
+                server.process.wait()
+
+
+@pytest.mark.timeout(240)
+def test_a_flood_of_503s_does_not_block_on_the_log():
+    """Every 503 (queue full, worker lost or starting) was logged at ERROR, one line a request, written
+    on the event loop: a client that floods a busy server made the log its bottleneck, and once the log's
+    reader fell behind (here: the test's stdout pipe, never read, 64 KiB) the event loop blocked on the
+    write and the server answered nothing, liveness included. 5xx lines are now at most one a second."""
+    server = start_server(queue_size=1)  # its stdout is a pipe that nobody reads
+    try:
+        with httpx.Client(base_url=server.url, timeout=20) as client:
+            one_request(client, 1)
+            worker = worker_pid(server)
+            os.kill(worker, signal.SIGSTOP)  # the first jobs stay on the device, the queue fills
+            try:
+                x = np.ones(16, np.float32)
+                body, headers = binary_request(request_body("RELU", x), x.view(np.uint8))
+                with ThreadPoolExecutor(4) as pool:
+                    held = [pool.submit(client.post, "/v1/execute", content=body, headers=headers) for _ in range(3)]
+                    for _ in range(600):
+                        if gauge(client, "vkact_queue_depth") >= 3:
+                            break
+                        time.sleep(0.01)
+                    codes = [client.post("/v1/execute", content=body, headers=headers).status_code for _ in range(1500)]
+                    assert set(codes) == {503}
+                    assert client.get("/health/live").status_code == 200
+                    os.kill(worker, signal.SIGCONT)
+                    assert all(h.result(60).status_code == 200 for h in held)
+            finally:
+                os.kill(worker, signal.SIGCONT)
+            one_request(client, 2)
+    finally:
+        stop_server(server)
