@@ -116,8 +116,13 @@ and next to the same two MLServers' gRPC servers (messages up to 64 MiB), all me
   request message built once: a timed request is the RPC plus `np.frombuffer` of the answer, so the
   server is what is measured. Requests/s: 3 rounds of 8 × 400 requests per target, 8 client
   processes; 16 MiB: sequential requests in blocks, seconds per request (median).
+- **h2load** (nghttp2's C load generator, `bench/h2load_grpc.py`): the same raw-contents request's
+  bytes as a gRPC POST on 8 connections of one stream each, 3 alternated rounds of 5 s per target,
+  vkact and both MLServers alike; every answer checked by its DATA bytes (a success's length, taken
+  from a grpcio call checked against numpy). A grpcio client spends ~5x h2load's CPU per request on
+  the same 2 cores as the servers, so these figures are the servers' own.
 - **target**: vkact gRPC serves ≥ 3× the requests/s of the faster MLServer gRPC with 8 concurrent
-  clients on 1,024-element requests (PASS or BELOW).
+  clients on 1,024-element requests (PASS or BELOW), judged on h2load's figures when h2load is there.
 """
 
 _SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from . import h2load_grpc as h2
 from . import service as svc
 from . import v2
 from .timing import Samples, blocks
@@ -36,6 +37,9 @@ CLIENTS = svc.CLIENTS
 CONCURRENT_ROUNDS, CONCURRENT_EACH = 3, 400   # as bench/v2.py: 9,600 requests per target
 LARGE_REPEAT = 5
 TARGET_RATE = 3.0   # vkact gRPC requests/s with 8 clients, 1,024 elements, over MLServer gRPC's: at least this
+H2_ROUNDS, H2_SECONDS = 3, 5.0   # h2load: per target and round, alternated (this VM drifts between minutes)
+H2_TARGETS = ("vkact grpc", *("mlserver grpc", "mlserver-0 grpc"))   # raw contents (shared memory is per client)
+CLIENT_CPU_CALLS = 500   # sequential grpcio calls whose CPU time gives the Python client's CPU per request
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 LABELS = {
@@ -97,6 +101,12 @@ class Caller:
             return self._shm.get_contents_as_numpy(self._region, np.float32, self.shape, offset=self.nbytes)
         return np.frombuffer(response.raw_output_contents[0], np.float32)
 
+    def wire(self) -> tuple[bytes, bytes]:
+        """The request's serialized bytes and the serialized answer (as h2load sends and receives them)."""
+        call = self._channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")  # bytes in, bytes out
+        request = self._request.SerializeToString()
+        return request, call(request)
+
     def check(self, x: np.ndarray) -> None:
         np.testing.assert_array_equal(np.asarray(self()).reshape(-1), v2.reference(x).reshape(-1),
                                       err_msg=f"{self.target.key}: wrong SHRINK output")
@@ -124,6 +134,9 @@ class GrpcResult:
     versions: dict[str, str]
     load: tuple[float, float]
     seconds: float
+    h2: dict[str, svc.Rate]            # h2load's requests/s (latency not kept), the targets of H2_TARGETS
+    h2_reason: str | None              # why there are none
+    client_cpu_us: dict[str, float]    # each load generator's own CPU per request ("grpcio", "h2load")
 
     def fastest(self) -> str | None:
         keys = [k for k in MLSERVER_KEYS if k in self.rates]
@@ -132,6 +145,12 @@ class GrpcResult:
     def rate_ratio(self, key: str = "vkact grpc") -> float | None:
         against = self.fastest()
         return None if against is None else self.rates[key].per_second / self.rates[against].per_second
+
+    def h2_ratio(self, key: str = "vkact grpc") -> float | None:
+        keys = [k for k in MLSERVER_KEYS if k in self.h2]
+        if key not in self.h2 or not keys:
+            return None
+        return self.h2[key].per_second / max(self.h2[k].per_second for k in keys)
 
     def large_ratio(self, key: str) -> float | None:
         keys = [k for k in MLSERVER_KEYS if k in self.large]
@@ -146,8 +165,49 @@ def _servers(env: v2.MLServerEnv | None) -> Iterator[tuple[svc.Server, dict[str,
         yield vkact, {key: mls[json_key] for key, json_key in MLSERVER_KEYS.items() if json_key in mls}, reason
 
 
+def _h2load(targets: list[Target], x: np.ndarray, rounds: int, log: Callable[[str], None]
+            ) -> tuple[dict[str, svc.Rate], str | None, dict[str, float]]:
+    """Each target's requests/s from h2load (bench/h2load_grpc.py), the targets alternated over
+    ``rounds``, every answer checked; and the CPU per request of a grpcio client against h2load's."""
+    wires = {}
+    for t in targets:  # the exact bytes h2load sends, answered correctly through a grpcio channel first
+        call = Caller(t, x)
+        try:
+            request, answer = call.wire()
+            from tritonclient.grpc import service_pb2
+
+            out = service_pb2.ModelInferResponse.FromString(answer).raw_output_contents[0]
+            np.testing.assert_array_equal(np.frombuffer(out, np.float32), v2.reference(x), err_msg=f"{t.key}: wrong SHRINK output")
+            wires[t.key] = (request, len(answer))
+            if t.key == "vkact grpc":
+                for _ in range(50):
+                    call()
+                cpu = time.process_time()
+                for _ in range(CLIENT_CPU_CALLS):
+                    call()
+                grpcio_cpu_us = (time.process_time() - cpu) / CLIENT_CPU_CALLS * 1e6
+        finally:
+            call.close()
+    rates: dict[str, svc.Rate] = {}
+    cpu_s = 0.0
+    log(f"grpc: h2load, {CLIENTS} connections of one stream, {rounds} x {H2_SECONDS:g} s per target")
+    try:
+        for _ in range(rounds):
+            for t in targets:
+                done = h2.run(t.address, wires[t.key][0], wires[t.key][1], CLIENTS, H2_SECONDS)
+                rate = rates.setdefault(t.key, svc.Rate())
+                rate.requests += done.requests
+                rate.seconds += done.seconds
+                cpu_s += done.cpu_seconds
+    except h2.Unavailable as exc:
+        log(f"grpc: h2load skipped: {exc}")
+        return {}, str(exc), {"grpcio": grpcio_cpu_us}
+    total = sum(r.requests for r in rates.values())
+    return rates, None, {"grpcio": grpcio_cpu_us, "h2load": cpu_s / total * 1e6}
+
+
 def run(log: Callable[[str], None] = print, rounds: int = CONCURRENT_ROUNDS, each: int = CONCURRENT_EACH,
-        large_repeat: int = LARGE_REPEAT) -> GrpcResult:
+        large_repeat: int = LARGE_REPEAT, h2_rounds: int = H2_ROUNDS) -> GrpcResult:
     import grpc
     import httpx
 
@@ -176,6 +236,7 @@ def run(log: Callable[[str], None] = print, rounds: int = CONCURRENT_ROUNDS, eac
         log(f"grpc: {CLIENTS} concurrent clients, {rounds * CLIENTS * each} requests per target")
         phases = [(t, each) for _ in range(rounds) for t in targets]
         rates = svc.run_load_clients(v2.load_client, (Caller, phases, small_x), [t.key for t, _ in phases], "bench-grpc-client")
+        h2_rates, h2_reason, client_cpu = _h2load([t for t in targets if t.key in H2_TARGETS], small_x, h2_rounds, log)
         log(f"grpc: 16 MiB ({LARGE} elements), {large_repeat} sequential requests per target")
         large_calls = [(t.key, Caller(t, large_x)) for t in targets]
         try:
@@ -188,7 +249,7 @@ def run(log: Callable[[str], None] = print, rounds: int = CONCURRENT_ROUNDS, eac
     versions = {n: m.version(n) for n in ("grpcio", "protobuf", "tritonclient")}
     versions["grpcio (runtime)"] = grpc.__version__
     return GrpcResult(device, env, reason, rates, large, 2 * large_x.nbytes, versions, (load, os.getloadavg()[0]),
-                      time.perf_counter() - started)
+                      time.perf_counter() - started, h2_rates, h2_reason, client_cpu)
 
 
 def section(device_name: str, machine: str, r: GrpcResult) -> str:
@@ -223,7 +284,20 @@ def section(device_name: str, machine: str, r: GrpcResult) -> str:
             "—" if ratio is None or key in MLSERVER_KEYS else (f"**{ratio:.2f}**" if key == "vkact grpc" else f"{ratio:.2f}"),
             f"{big.median:.3f}", f"{r.tensor_bytes / big.median / 1e6:.0f}",
             "—" if big_ratio is None or key in MLSERVER_KEYS else f"{big_ratio:.2f}"]))
+    cpu = r.client_cpu_us
+    lines += ["", f"### 1,024 FLOAT32 elements through h2load ({CLIENTS} connections, one stream each, a C load generator)", ""]
+    if r.h2:
+        lines += [f"The same request bytes on every connection, every answer checked by its bytes (bench/h2load_grpc.py). "
+                  f"Load generator CPU per request: grpcio client {cpu['grpcio']:.0f} µs, h2load {cpu['h2load']:.0f} µs.", "",
+                  v2._row(["target", "requests/s", "vs the faster MLServer gRPC"]), v2._row(["---"] * 3)]
+        for key, rate in r.h2.items():
+            ratio = r.h2_ratio(key)
+            lines.append(v2._row([LABELS[key], f"{rate.per_second:.0f}",
+                                  "—" if ratio is None or key in MLSERVER_KEYS else f"**{ratio:.2f}**"]))
+    else:
+        lines.append(f"Not measured: {r.h2_reason}. grpcio client CPU per request: {cpu['grpcio']:.0f} µs.")
+    ratio, how = (r.h2_ratio(), "h2load") if r.h2 else (r.rate_ratio(), "grpcio clients")
     lines += ["", f"**Target:** vkact gRPC requests/s with {CLIENTS} concurrent clients, 1,024 elements, ≥ {TARGET_RATE:g}× "
-                  f"MLServer gRPC's (the faster of its two settings): {v2._verdict(r.rate_ratio(), TARGET_RATE)}",
+                  f"MLServer gRPC's (the faster of its two settings; {how}): {v2._verdict(ratio, TARGET_RATE)}",
               "", "<!-- end grpc -->", ""]
     return "\n".join(lines)

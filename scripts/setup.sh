@@ -43,6 +43,8 @@ fi
 if [[ $("$PY" -c 'import sys; print(sys.base_prefix)') == /usr ]]; then
   PKGS+=(python3-venv python3-dev)
 fi
+# h2load: the gRPC bench's C load generator (bench/h2load_grpc.py; skipped with a message without it).
+PKGS+=(nghttp2-client)
 
 if [[ ${VKACT_SKIP_APT:-0} != 1 ]]; then
   step "checking system packages"
