@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidRequest, NotReady
+from ..errors import InvalidRequest, NotReady, PayloadTooLarge
 from ..operators import OperatorDesc
 from ..worker import pickled
 from .execution import execute, record_success
@@ -46,10 +46,13 @@ def parameters(params: Any) -> dict[str, Any] | None:
     return out or None
 
 
-def inference_request(msg: Any, raw: list[bytes], request_id: str) -> tuple[InferenceRequest, memoryview]:
+def inference_request(msg: Any, raw: list[bytes], request_id: str, max_values: int) -> tuple[InferenceRequest, memoryview]:
     """/v2's request and the bytes its binary inputs point into. Raw entries go, in order, to the inputs
-    not read from shared memory (as Triton consumes them); no input may then carry typed contents."""
+    not read from shared memory (as Triton consumes them); no input may then carry typed contents.
+    Typed contents are values as JSON's are, bounded alike (VKACT_MAX_JSON_VALUES), counted before
+    each becomes a Python object."""
     inputs: list[dict[str, Any]] = []
+    values = 0
     chunks: list[bytes] = []
     for i, tensor in enumerate(msg.inputs):
         params = parameters(tensor.parameters) or {}
@@ -67,7 +70,12 @@ def inference_request(msg: Any, raw: list[bytes], request_id: str) -> tuple[Infe
             field = CONTENTS.get(tensor.datatype)
             if field is None:
                 raise InvalidRequest(f"{tensor.datatype} tensors travel in raw_input_contents only", f"inputs[{i}].contents")
-            entry["data"] = list(getattr(tensor.contents, field))
+            contents = getattr(tensor.contents, field)
+            values += len(contents)
+            if values > max_values:
+                raise PayloadTooLarge(f"the request's typed contents hold more than {max_values} values (VKACT_MAX_JSON_VALUES); "
+                                      "send large tensors in raw_input_contents", f"inputs[{i}].contents")
+            entry["data"] = list(contents)
         entry["parameters"] = params or None
         inputs.append(entry)
     if len(chunks) != len(raw):
@@ -122,7 +130,7 @@ async def model_infer(state: Runtime, model: type[OperatorDesc], msg: Any, start
         if decided is not None and buffers is not None:
             op, plans = decided.op, decided.plans
         else:
-            req, tail = inference_request(msg, raw, request_id)
+            req, tail = inference_request(msg, raw, request_id, state.settings.max_json_values)
             op = build_operator(model, req, max_tensor_bytes)
             buffers = await decode_inputs(op, req, tail, region)
             plans = plan_outputs(op, req, region)

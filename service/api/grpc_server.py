@@ -43,6 +43,7 @@ CODES = {
     500: grpc.StatusCode.INTERNAL,
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
+    507: grpc.StatusCode.RESOURCE_EXHAUSTED,   # no room in /dev/shm for the shared-memory registry
 }
 SERVICE_NAME = "inference.GRPCInferenceService"
 HEALTH_POLL_S = 1.0  # how soon health Watch streams see readiness change (Check is always current)
@@ -229,7 +230,9 @@ class GrpcServer:
 
     def __init__(self, state: Runtime, version: str) -> None:
         settings = state.settings
-        self.server = grpc.aio.server(options=[
+        # RPCs at once beyond VKACT_MAX_CONNECTIONS are refused by grpcio with RESOURCE_EXHAUSTED, as
+        # the HTTP port answers connections beyond it with 503: a flood cannot pile up handlers.
+        self.server = grpc.aio.server(maximum_concurrent_rpcs=settings.max_connections, options=[
             ("grpc.max_receive_message_length", settings.max_body_bytes),  # the HTTP body limit; grpc's own is 4 MiB
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),

@@ -399,3 +399,69 @@ def test_a_server_without_its_device_answers_unavailable():
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_typed_contents_are_bounded_like_json_values():
+    """Typed contents become one Python value each, as a JSON text's numbers do: past VKACT_MAX_JSON_VALUES
+    they are refused before that (RESOURCE_EXHAUSTED naming the field), and the server serves on."""
+    from tests.service.conftest import start_server, stop_server
+
+    server = start_server(max_json_values=2048)
+    try:
+        with grpc.insecure_channel(server.grpc) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            request = service_pb2.ModelInferRequest(model_name="relu")
+            request.inputs.add(name="InputTensor", datatype="FP32", shape=[3000]).contents.fp32_contents.extend([-1.0] * 3000)
+            with pytest.raises(grpc.RpcError) as info:
+                stub.ModelInfer(request, timeout=30)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "inputs[0].contents" in info.value.details() and "VKACT_MAX_JSON_VALUES" in info.value.details()
+            small = service_pb2.ModelInferRequest(model_name="relu")
+            small.inputs.add(name="InputTensor", datatype="FP32", shape=[4]).contents.fp32_contents.extend([-1.0, 2.0, -3.0, 4.0])
+            assert np.frombuffer(stub.ModelInfer(small, timeout=30).raw_output_contents[0], np.float32).tolist() == [0.0, 2.0, 0.0, 4.0]
+    finally:
+        stop_server(server)
+
+
+def test_calls_beyond_the_bound_are_refused_and_the_others_answered():
+    """At most VKACT_MAX_CONNECTIONS calls at once per process: with the device held (SIGSTOP), of three
+    calls two wait on it and the third is refused with RESOURCE_EXHAUSTED; once the device goes on, both
+    waiting calls get their right answers."""
+    import os
+    import signal
+
+    from tests.service.conftest import start_server, stop_server
+    from tests.service.test_load import worker_pid
+
+    server = start_server(max_connections=2)
+    pid = worker_pid(server)
+    try:
+        async def scenario() -> None:
+            async with grpc.aio.insecure_channel(server.grpc) as channel:
+                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+                def request(x: np.ndarray) -> service_pb2.ModelInferRequest:
+                    msg = service_pb2.ModelInferRequest(model_name="relu", raw_input_contents=[x.tobytes()])
+                    msg.inputs.add(name="InputTensor", datatype="FP32", shape=list(x.shape))
+                    return msg
+
+                xs = [np.linspace(-1, 1, 64, dtype=np.float32) * k for k in (1, 2, 3)]
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    calls = [asyncio.ensure_future(stub.ModelInfer(request(x), timeout=60)) for x in xs]
+                    # the device is stopped: the first call to end is the refused one
+                    done, _ = await asyncio.wait(calls, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+                    assert len(done) == 1
+                    (refused,) = done
+                    assert isinstance(refused.exception(), grpc.aio.AioRpcError)
+                    assert refused.exception().code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                for x, call in zip(xs, calls):
+                    if call is not refused:
+                        got = np.frombuffer((await call).raw_output_contents[0], np.float32)
+                        np.testing.assert_array_equal(got, np.maximum(x, 0))
+
+        asyncio.run(scenario())
+    finally:
+        stop_server(server)
