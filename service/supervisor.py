@@ -1,7 +1,8 @@
 """The supervisor of ``python -m service``: it runs the HTTP server (uvicorn, with its device workers)
 as a child process and starts it again when it dies abnormally (a signal, a crash, the OOM killer),
 with a growing back-off, after removing what the dead process left in /dev/shm. A clean exit, or a
-SIGTERM/SIGINT to the supervisor (passed on to the child), ends both.
+SIGTERM/SIGINT to the supervisor (passed on to the child), ends both; so does a server that cannot
+start (uvicorn's startup failure, or five quick exits in a row): a restart would only repeat it.
 
 The shared-memory registry is named after the supervisor (SUPERVISOR_ENV), not the HTTP process, so
 the regions that clients registered survive a restart of the HTTP process.
@@ -22,6 +23,10 @@ log = logging.getLogger("vkact.supervisor")
 SUPERVISOR_ENV = "VKACT_SUPERVISOR_PID"  # tells the HTTP processes whose registry they share
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 30.0
 STABLE_S = 60.0  # a child that ran this long resets the back-off
+# uvicorn's exit status when the app could not start (a port taken, a setting the lifespan refuses):
+# a fault that a restart cannot mend, so the supervisor stops with it instead of retrying for ever.
+STARTUP_FAILURE = 3
+QUICK_EXITS = 5  # exits in a row, each before STABLE_S, after which it stops too (the container's policy takes over)
 
 
 def registry_owner(workers: int) -> int:
@@ -72,6 +77,7 @@ def supervise(argv: list[str]) -> int:
     env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
     backoff = FIRST_BACKOFF_S
     code = 0
+    quick_exits = 0
     try:
         while not stop.is_set():
             started = time.monotonic()
@@ -83,7 +89,13 @@ def supervise(argv: list[str]) -> int:
                 break
             for path in sweep_stale_files():
                 log.warning("removed %s, left by the HTTP process that died", path)
-            backoff = FIRST_BACKOFF_S if time.monotonic() - started > STABLE_S else backoff
+            stable = time.monotonic() - started > STABLE_S
+            quick_exits = 0 if stable else quick_exits + 1
+            if code == STARTUP_FAILURE or quick_exits >= QUICK_EXITS:
+                log.error("the HTTP server exited with status %s %s; not restarting it", code,
+                          "as it could not start" if code == STARTUP_FAILURE else f"{quick_exits} times in a row within {STABLE_S:.0f} s")
+                break
+            backoff = FIRST_BACKOFF_S if stable else backoff
             log.error("the HTTP server exited with status %s; restarting in %.1f s", code, backoff)
             stop.wait(backoff)
             backoff = min(2 * backoff, MAX_BACKOFF_S)

@@ -214,3 +214,16 @@ def test_a_flood_of_503s_does_not_block_on_the_log():
             one_request(client, 2)
     finally:
         stop_server(server)
+
+
+def test_a_server_that_cannot_start_stops_its_supervisor(server):
+    """A fault that a restart cannot mend (here the gRPC port is taken: uvicorn's startup fails) ends
+    the supervisor with the server's status and its message, instead of restarting it for ever."""
+    from tests.service.conftest import start_server
+
+    taken = int(server.grpc.rsplit(":", 1)[1])
+    with pytest.raises(RuntimeError) as info:
+        start_server(supervised=True, grpc_port=taken)
+    message = str(info.value)
+    assert message.startswith("server exited") and "gRPC cannot listen" in message
+    assert "not restarting it" in message and "restarting in" not in message  # one start, no retries
