@@ -1,5 +1,5 @@
 # Everyday entry points.  `make test` from a fresh clone sets everything up first.
-#   make setup | test [PYTEST_ARGS=...] | test-portability | serve [HOST=... PORT=...] | bench | clean
+#   make setup | test [PYTEST_ARGS=...] | test-portability | serve [HOST=... PORT=...] | bench [DRIVER=swiftshader] | clean
 SHELL := bash
 # Same knob as scripts/setup.sh: VKACT_VENV=/path make test
 VKACT_VENV ?= $(CURDIR)/.venv
@@ -36,8 +36,9 @@ test-portability: shaders
 serve: shaders
 	$(if $(HOST),VKACT_HOST=$(HOST)) $(if $(PORT),VKACT_PORT=$(PORT)) $(PY) -m service
 
+# DRIVER=swiftshader (or lavapipe): that Vulkan driver's own sections of bench/RESULTS.md
 bench: shaders
-	$(PY) -m bench
+	$(PY) -m bench $(if $(DRIVER),--driver $(DRIVER))
 
 # The kp wheel cache (~/.cache/vkact) stays: it is outside the repo and shared by clones.
 clean:

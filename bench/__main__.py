@@ -170,12 +170,17 @@ def run_service(args: argparse.Namespace) -> None:
     _write(args.out, d["name"], service_section(d["name"], header, result, targets=d["driver"]["name"] == "llvmpipe"), "service")
 
 
+def _targets_apply(device: dict) -> bool:
+    """The targets were set on llvmpipe; another device's sections carry figures only."""
+    return device["driver"]["name"] == "llvmpipe"
+
+
 def run_v2(args: argparse.Namespace) -> None:
     from . import v2
 
     result = v2.run()
     name = result.device["name"]
-    _write(args.out, name, v2.section(name, v2.header(result, _machine()), result), "v2")
+    _write(args.out, name, v2.section(name, v2.header(result, _machine()), result, _targets_apply(result.device)), "v2")
 
 
 def run_grpc(args: argparse.Namespace) -> None:
@@ -183,7 +188,7 @@ def run_grpc(args: argparse.Namespace) -> None:
 
     result = v2_grpc.run()
     name = result.device["name"]
-    _write(args.out, name, v2_grpc.section(name, _machine(), result), "grpc")
+    _write(args.out, name, v2_grpc.section(name, _machine(), result, _targets_apply(result.device)), "grpc")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -526,7 +526,8 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n:,} B"
 
 
-def section(device_name: str, header: list[tuple[str, str]], r: V2Result) -> str:
+def section(device_name: str, header: list[tuple[str, str]], r: V2Result, targets: bool = True) -> str:
+    """``targets``: on the device the targets were set for (llvmpipe), their verdicts; elsewhere figures only."""
     lines = [f"<!-- v2: {device_name} -->", f"## {device_name}: Open Inference Protocol (`/v2`) against MLServer", ""]
     lines += [f"- **{key}:** {value}" for key, value in header]
     if r.mlserver is None:
@@ -572,11 +573,12 @@ def section(device_name: str, header: list[tuple[str, str]], r: V2Result) -> str
         return "" if key is None else f" (against parallel_workers {MLSERVER_WORKERS[key]}, the faster here)"
 
     default = "mlserver json"
-    lines += ["", "**Targets** (vkact `/v2` with tritonclient's default binary data; MLServer with its only HTTP "
-                  "encoding, JSON, whichever of its two settings is faster):", "",
-              f"- requests/s with {CLIENTS} concurrent clients, 1,024 elements, ≥ {TARGET_RATE:g}× MLServer's: "
-              f"{_verdict(rate, TARGET_RATE)}{which(r.fastest_rate)}",
-              f"- 16 MiB throughput ≥ {TARGET_THROUGHPUT:g}× MLServer's: {_verdict(put, TARGET_THROUGHPUT)}{which(r.fastest_large)}"]
+    if targets:
+        lines += ["", "**Targets** (vkact `/v2` with tritonclient's default binary data; MLServer with its only HTTP "
+                      "encoding, JSON, whichever of its two settings is faster):", "",
+                  f"- requests/s with {CLIENTS} concurrent clients, 1,024 elements, ≥ {TARGET_RATE:g}× MLServer's: "
+                  f"{_verdict(rate, TARGET_RATE)}{which(r.fastest_rate)}",
+                  f"- 16 MiB throughput ≥ {TARGET_THROUGHPUT:g}× MLServer's: {_verdict(put, TARGET_THROUGHPUT)}{which(r.fastest_large)}"]
     if rate is not None and default in r.rates:
         lines += ["", f"Against MLServer's default setting alone (parallel_workers 1): {r.rate_ratio(against=default):.2f}× "
                       f"the requests/s, {r.throughput_ratio(against=default):.2f}× the 16 MiB throughput. Like for like "
