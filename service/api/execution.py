@@ -15,7 +15,7 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
 from ..errors import InvalidRequest, PayloadTooLarge, Timeout
 from ..operators import OperatorDesc
-from ..worker import LARGE, Result, copy_into
+from ..worker import LARGE, Result, Source, copy_into
 from .runtime import Runtime, runtime
 
 
@@ -66,14 +66,14 @@ async def _until_disconnected(request: Request) -> None:
 
 
 async def run_on_device(
-    request: Request, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool = False, key: bytes | None = None
+    request: Request, op: OperatorDesc, buffers: Sequence[np.ndarray | Source], in_place: bool = False, key: bytes | None = None
 ) -> Result | None:
     """Run ``op`` on the device worker for an HTTP request; None means the client left (see execute)."""
     return await execute(runtime(request), op, buffers, in_place, key, lambda: _until_disconnected(request))
 
 
 async def execute(
-    state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool = False, key: bytes | None = None,
+    state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray | Source], in_place: bool = False, key: bytes | None = None,
     departure: Callable[[], Awaitable[object]] | None = None,
 ) -> Result | None:
     """Run ``op`` on the device worker, whichever protocol asked. None means the client left while the
