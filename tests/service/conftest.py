@@ -56,6 +56,29 @@ def start_server(wrap: tuple[str, ...] = (), supervised: bool = False, **setting
     raise RuntimeError("server not ready within 60 s")
 
 
+def spawned_children(pid: int) -> list[int]:
+    """The multiprocessing-spawned children of ``pid`` (device workers; uvicorn's worker processes). A child
+    that ends between the listing and the read of its command line is not one (CI met that race)."""
+    found = []
+    for child in os.popen(f"pgrep -P {pid}").read().split():
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"spawn_main" in f.read():
+                    found.append(int(child))
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return found
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone or a zombie (killed, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def stop_server(server: Server) -> None:
     server.process.terminate()
     try:

@@ -16,7 +16,7 @@ from client.codec import HEADER_LENGTH
 from service.operators import parse_operator
 from tests.engine.test_operators import CASES, max_ulp
 from tests.helpers import assert_matches, tensor
-from tests.service.conftest import start_server, stop_server
+from tests.service.conftest import ended, spawned_children, start_server, stop_server
 from tests.service.helpers import binary_request, decode_response, request_body
 
 
@@ -111,9 +111,8 @@ def test_full_queue_answers_503_with_retry_after():
 
 
 def worker_pid(server) -> int:
-    children = [int(p) for p in os.popen(f"pgrep -P {server.process.pid}").read().split()]
-    workers = [p for p in children if b"spawn_main" in open(f"/proc/{p}/cmdline", "rb").read()]
-    assert len(workers) == 1, children
+    workers = spawned_children(server.process.pid)
+    assert len(workers) == 1, workers
     return workers[0]
 
 
@@ -313,7 +312,7 @@ def test_a_hung_device_worker_is_killed_and_the_service_recovers():
             body, headers = binary_request(request_body("SOFTSIGN", x), x.view(np.uint8))
             assert client.post("/v1/execute", content=body, headers=headers).status_code == 504
             await_restarted_worker(client, 60)
-            assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]  # killed
+            assert ended(pid)  # killed
             for i in range(3):
                 one_request(client, i)
     finally:

@@ -16,7 +16,7 @@ import tritonclient.http.aio as triton_aio
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tests.service.conftest import start_server, stop_server
+from tests.service.conftest import spawned_children, start_server, stop_server
 from tests.service.test_v2 import address, reference
 from tests.service.test_v2_errors import assert_still_serving
 
@@ -217,8 +217,7 @@ def test_an_object_truncated_after_registration_is_refused_not_fatal(tc, http, r
 
 def _http_processes(server) -> list[int]:
     """uvicorn's worker processes: the children of the server process (each has its device worker)."""
-    children = [int(p) for p in os.popen(f"pgrep -P {server.process.pid}").read().split()]
-    return [p for p in children if b"spawn_main" in open(f"/proc/{p}/cmdline", "rb").read()]
+    return spawned_children(server.process.pid)
 
 
 def test_regions_are_shared_by_the_http_processes():
