@@ -32,8 +32,9 @@ command -v "$PY" >/dev/null || die "$PY not found: install Python >= 3.10 (Debia
 
 # --- 1. system packages --------------------------------------------------------------------
 # Vulkan loader + lavapipe (CPU Vulkan driver, so everything runs without a GPU), glslang for
-# GLSL -> SPIR-V, and the toolchain/headers that build kp (cmake, make, g++, Vulkan headers, fmt).
-PKGS=(libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools cmake make g++ libfmt-dev)
+# GLSL -> SPIR-V, the toolchain/headers that build kp (cmake, make, g++, Vulkan headers, fmt), and
+# libnghttp2's headers for vkact's gRPC transport (service/native/h2grpc.c).
+PKGS=(libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools cmake make g++ libfmt-dev libnghttp2-dev)
 # For the tests (not --runtime-only): the portability suite's second driver (SwiftShader, in Chromium's
 # common files: 3 packages, about 30 MB with --no-install-recommends) and the Khronos validation layer.
 if [[ $EXTRAS == *test* ]]; then
@@ -100,7 +101,10 @@ else
   bash "$ROOT/scripts/build-kp.sh" "$VPY"
 fi
 
-# --- 5. smoke test: a Vulkan device must be visible through kp -----------------------------
+# --- 5. vkact's C extension: gRPC's HTTP/2 on libnghttp2 (rebuilt when its source changes) -----
+bash "$ROOT/scripts/build-native.sh" "$VPY" || die "building service/native/h2grpc.c failed (see above)"
+
+# --- 6. smoke test: a Vulkan device must be visible through kp -----------------------------
 step "checking Vulkan device"
 "$VPY" -c 'import kp, numpy
 p = kp.Manager().get_device_properties()

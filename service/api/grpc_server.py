@@ -1,6 +1,7 @@
 """The Open Inference Protocol over gRPC (Triton's GRPCInferenceService, so tritonclient.grpc, KServe's
-and MLServer's clients work) and grpc.health.v1, served by a grpcio asyncio server on the event loop of
-each HTTP process, beside uvicorn, on VKACT_GRPC_PORT (0: none).
+and MLServer's clients work) and grpc.health.v1, served on the event loop of each HTTP process, beside
+uvicorn, on VKACT_GRPC_PORT (0: none). The transport is grpc_transport (HTTP/2 in C, libnghttp2); the
+messages are protobuf's, compiled from Triton's .proto files (grpc_messages).
 
 Every RPC answers from the same functions as its /v2 route (v2_models, statistics, the shared memory
 registry, grpc_infer for ModelInfer); errors carry /v2's messages with Triton's status codes.
@@ -12,20 +13,21 @@ sharing its clients."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
 from google.protobuf import json_format
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from google.protobuf.message import DecodeError
+from grpc_health.v1 import health_pb2
 
 from ..errors import InvalidRequest
+from . import grpc_transport as status_codes
 from .errors import count_error, protocol_error
 from .grpc_infer import model_infer
-from .grpc_messages import config_pb, pb, services
+from .grpc_messages import config_pb, pb
+from .grpc_transport import GrpcTransport, Route, RpcError, Send
 from .metrics import MODEL_VERSION
 from .runtime import Runtime
 from .statistics import model_stats
@@ -36,37 +38,21 @@ log = logging.getLogger("vkact.grpc")
 
 #: Triton's mapping of its error kinds onto gRPC codes, from the statuses vkact's errors carry.
 CODES = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    404: grpc.StatusCode.NOT_FOUND,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    499: grpc.StatusCode.CANCELLED,
-    500: grpc.StatusCode.INTERNAL,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.DEADLINE_EXCEEDED,
-    507: grpc.StatusCode.RESOURCE_EXHAUSTED,   # no room in /dev/shm for the shared-memory registry
+    400: status_codes.INVALID_ARGUMENT,
+    404: status_codes.NOT_FOUND,
+    413: status_codes.RESOURCE_EXHAUSTED,
+    499: status_codes.CANCELLED,
+    500: status_codes.INTERNAL,
+    503: status_codes.UNAVAILABLE,
+    504: status_codes.DEADLINE_EXCEEDED,
+    507: status_codes.RESOURCE_EXHAUSTED,   # no room in /dev/shm for the shared-memory registry
 }
 SERVICE_NAME = "inference.GRPCInferenceService"
+HEALTH_SERVICE_NAME = "grpc.health.v1.Health"
 HEALTH_POLL_S = 1.0  # how soon health Watch streams see readiness change (Check is always current)
 
-Method = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
-
-def rpc(method: Method) -> Method:
-    """An RPC whose errors become the status code and message Triton would send."""
-
-    @functools.wraps(method)
-    async def answer(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await method(self, request, context)
-        except Exception as exc:  # noqa: BLE001 - every failure is answered with its code
-            status, message = protocol_error(exc)
-            count_error(self.state.metrics, status, None)
-            await context.abort(CODES.get(status, grpc.StatusCode.INTERNAL), message)
-
-    return answer
-
-
-class InferenceServicer(services.GRPCInferenceServiceServicer):
+class InferenceServicer:
     def __init__(self, state: Runtime, version: str) -> None:
         self.state = state
         self.version = version
@@ -76,43 +62,35 @@ class InferenceServicer(services.GRPCInferenceServiceServicer):
 
     # -- health and metadata ---------------------------------------------------------------------
 
-    @rpc
-    async def ServerLive(self, request: Any, context: Any) -> Any:
+    async def ServerLive(self, request: Any) -> Any:
         return pb.ServerLiveResponse(live=True)
 
-    @rpc
-    async def ServerReady(self, request: Any, context: Any) -> Any:
+    async def ServerReady(self, request: Any) -> Any:
         return pb.ServerReadyResponse(ready=self._ready())
 
-    @rpc
-    async def ModelReady(self, request: Any, context: Any) -> Any:
+    async def ModelReady(self, request: Any) -> Any:
         find_model(request.name, request.version or None)
         return pb.ModelReadyResponse(ready=self._ready())
 
-    @rpc
-    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+    async def ServerMetadata(self, request: Any) -> Any:
         return pb.ServerMetadataResponse(name="vkact", version=self.version, extensions=EXTENSIONS)
 
-    @rpc
-    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+    async def ModelMetadata(self, request: Any) -> Any:
         meta = metadata(find_model(request.name, request.version or None))
         tensors = {key: [pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta[key]] for key in ("inputs", "outputs")}
         return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"], **tensors)
 
-    @rpc
-    async def ModelConfig(self, request: Any, context: Any) -> Any:
+    async def ModelConfig(self, request: Any) -> Any:
         model = config(find_model(request.name, request.version or None))
         return pb.ModelConfigResponse(config=json_format.ParseDict(model, config_pb.ModelConfig()))
 
-    @rpc
-    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+    async def ModelStatistics(self, request: Any) -> Any:
         stats = model_stats(self.state.metrics, request.name, request.version)
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     # -- model repository (the models are built in) ----------------------------------------------
 
-    @rpc
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+    async def RepositoryIndex(self, request: Any) -> Any:
         ready = self._ready()
         if request.ready and not ready:
             return pb.RepositoryIndexResponse()
@@ -120,50 +98,42 @@ class InferenceServicer(services.GRPCInferenceServiceServicer):
         entries = [pb.RepositoryIndexResponse.ModelIndex(name=name, version=MODEL_VERSION, state=state, reason=reason) for name in MODELS]
         return pb.RepositoryIndexResponse(models=entries)
 
-    @rpc
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelLoad(self, request: Any) -> Any:
         find_model(request.model_name)
         return pb.RepositoryModelLoadResponse()
 
-    @rpc
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+    async def RepositoryModelUnload(self, request: Any) -> Any:
         find_model(request.model_name)
         raise InvalidRequest(f"model {request.model_name!r} is built into vkact and cannot be unloaded")
 
     # -- shared memory: system memory as /v2/systemsharedmemory; no CUDA memory here -------------
 
-    @rpc
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryStatus(self, request: Any) -> Any:
         regions = self.state.shared_memory.status(request.name or None)
         return pb.SystemSharedMemoryStatusResponse(regions={r["name"]: pb.SystemSharedMemoryStatusResponse.RegionStatus(**r) for r in regions})
 
-    @rpc
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryRegister(self, request: Any) -> Any:
         if request.byte_size < 1:
             raise InvalidRequest("byte_size must be at least 1", "byte_size")
         self.state.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
-    @rpc
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryUnregister(self, request: Any) -> Any:
         self.state.shared_memory.unregister(request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    @rpc
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryStatus(self, request: Any) -> Any:
         return pb.CudaSharedMemoryStatusResponse()
 
-    @rpc
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryRegister(self, request: Any) -> Any:
         raise InvalidRequest("vkact has no CUDA memory: use system shared memory (SystemSharedMemoryRegister)")
 
-    @rpc
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryUnregister(self, request: Any) -> Any:
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- inference --------------------------------------------------------------------------------
 
-    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelInfer(self, request: Any) -> bytes:
         started = time.perf_counter()
         operator = "-"  # failures count against the model once it is known, as on /v2
         try:
@@ -173,90 +143,101 @@ class InferenceServicer(services.GRPCInferenceServiceServicer):
         except Exception as exc:  # noqa: BLE001 - every failure is answered with its code
             status, message = protocol_error(exc)
             count_error(self.state.metrics, status, operator, time.perf_counter() - started)
-            await context.abort(CODES.get(status, grpc.StatusCode.INTERNAL), message)
+            raise RpcError(CODES.get(status, status_codes.INTERNAL), message) from None
 
 
-class HealthServicer(health.aio.HealthServicer):
-    """grpc.health.v1: SERVING for "" and the inference service while the device is ready, as Triton."""
+class HealthServicer:
+    """grpc.health.v1: SERVING for "" and the inference service while the device is ready, as Triton;
+    NOT_FOUND for any other service name."""
 
     def __init__(self, state: Runtime) -> None:
-        super().__init__()
         self.state = state
-        self._serving: bool | None = None
 
-    async def sync(self) -> None:
+    def status(self, service: str) -> Any:
+        if service not in ("", SERVICE_NAME):
+            raise RpcError(status_codes.NOT_FOUND, f"unknown service {service!r}")
         serving = self.state.worker is not None and self.state.worker.ready
-        if serving != self._serving:
-            self._serving = serving
-            status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-            for name in ("", SERVICE_NAME):
-                await self.set(name, status)
+        return health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
 
-    async def Check(self, request: Any, context: Any) -> Any:
-        await self.sync()
-        return await super().Check(request, context)
+    async def Check(self, request: Any) -> Any:
+        return health_pb2.HealthCheckResponse(status=self.status(request.service))
 
-    async def follow(self) -> None:
+    async def Watch(self, request: Any, send: Send) -> None:
+        """The status now, then each change, until the client cancels (an unknown service: SERVICE_UNKNOWN)."""
+        last = None
         while True:
-            await self.sync()
+            try:
+                status = self.status(request.service)
+            except RpcError:
+                status = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+            if status != last:
+                send(health_pb2.HealthCheckResponse(status=status).SerializeToString())
+                last = status
             await asyncio.sleep(HEALTH_POLL_S)
 
 
-class _Registration:
-    """Stands in for the server while the generated code registers a servicer: keeps its handler table."""
+def unary(method: Callable[[Any], Awaitable[Any]], request_type: Any) -> Route:
+    parse = request_type.FromString
 
-    handlers: dict[str, grpc.RpcMethodHandler]
+    async def call(data: bytes) -> bytes:
+        try:
+            request = parse(data)
+        except DecodeError:
+            raise InvalidRequest(f"the request is not a {request_type.DESCRIPTOR.full_name} message") from None
+        answer = await method(request)
+        return answer if isinstance(answer, bytes) else answer.SerializeToString()
 
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
-        self.handlers = dict(handlers)
+    return Route(unary=call)
 
 
-def _handlers(servicer: InferenceServicer) -> dict[str, grpc.RpcMethodHandler]:
-    """The generated handler table, except that ModelInfer answers bytes it serialized itself
-    (grpc_infer.model_infer): a 16 MiB output then costs one copy where protobuf makes three."""
-    registration = _Registration()
-    services.add_GRPCInferenceServiceServicer_to_server(servicer, registration)
-    handlers = registration.handlers
-    infer = handlers["ModelInfer"]
-    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(infer.unary_unary, request_deserializer=infer.request_deserializer)
-    return handlers
+def streaming(method: Callable[[Any, Send], Awaitable[None]], request_type: Any) -> Route:
+    async def call(data: bytes, send: Send) -> None:
+        try:
+            request = request_type.FromString(data)
+        except DecodeError:
+            raise InvalidRequest(f"the request is not a {request_type.DESCRIPTOR.full_name} message") from None
+        await method(request, send)
+
+    return Route(streaming=call)
+
+
+def routes(servicer: InferenceServicer, health: HealthServicer) -> dict[str, Route]:
+    """Each :path vkact answers: every GRPCInferenceService method InferenceServicer defines (the others,
+    ModelStreamInfer and the trace/log settings, are UNIMPLEMENTED) and the health service."""
+    table = {}
+    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        handler = getattr(servicer, method.name, None)
+        if handler is not None:
+            table[f"/{SERVICE_NAME}/{method.name}"] = unary(handler, getattr(pb, method.input_type.name))
+    table[f"/{HEALTH_SERVICE_NAME}/Check"] = unary(health.Check, health_pb2.HealthCheckRequest)
+    table[f"/{HEALTH_SERVICE_NAME}/Watch"] = streaming(health.Watch, health_pb2.HealthCheckRequest)
+    return table
 
 
 class GrpcServer:
     """The gRPC server of one HTTP process, started and stopped by the app's lifespan."""
 
     def __init__(self, state: Runtime, version: str) -> None:
-        settings = state.settings
-        # RPCs at once beyond VKACT_MAX_CONNECTIONS are refused by grpcio with RESOURCE_EXHAUSTED, as
-        # the HTTP port answers connections beyond it with 503: a flood cannot pile up handlers.
-        self.server = grpc.aio.server(maximum_concurrent_rpcs=settings.max_connections, options=[
-            ("grpc.max_receive_message_length", settings.max_body_bytes),  # the HTTP body limit; grpc's own is 4 MiB
-            ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
-        ])
-        handlers = _handlers(InferenceServicer(state, version))
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-        self.server.add_registered_method_handlers(SERVICE_NAME, handlers)
-        self.health = HealthServicer(state)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        host = f"[{settings.host}]" if ":" in settings.host else settings.host
-        self.address = f"{host}:{settings.grpc_port}"
-        self._follower: asyncio.Task | None = None
+        self.settings = settings = state.settings
+        self.metrics = state.metrics
+        # Calls at once beyond VKACT_MAX_CONNECTIONS are refused with RESOURCE_EXHAUSTED, as the HTTP
+        # port answers connections beyond it with 503: a flood cannot pile up handlers.
+        self.transport = GrpcTransport(routes(InferenceServicer(state, version), HealthServicer(state)), self._error_status,
+                                       max_message=settings.max_body_bytes,  # the HTTP body limit
+                                       max_calls=settings.max_connections, max_connections=settings.max_connections)
+        self.address = f"[{settings.host}]:{settings.grpc_port}" if ":" in settings.host else f"{settings.host}:{settings.grpc_port}"
+
+    def _error_status(self, exc: BaseException) -> tuple[int, str]:
+        status, message = protocol_error(exc)  # type: ignore[arg-type]
+        count_error(self.metrics, status, None)
+        return CODES.get(status, status_codes.INTERNAL), message
 
     async def start(self) -> None:
         try:
-            self.server.add_insecure_port(self.address)
-        except RuntimeError as exc:
+            await self.transport.start(self.settings.host, self.settings.grpc_port, reuse_port=self.settings.workers > 1)
+        except OSError as exc:
             raise RuntimeError(f"gRPC cannot listen on {self.address} (in use? set VKACT_GRPC_PORT, or 0 for no gRPC): {exc}") from None
-        await self.server.start()
-        self._follower = asyncio.ensure_future(self.health.follow())
         log.info("gRPC on %s", self.address)
 
     async def stop(self) -> None:
-        if self._follower is not None:
-            self._follower.cancel()
-        await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace=5)
+        await self.transport.stop(grace=5)

@@ -1,0 +1,271 @@
+"""gRPC's transport on the HTTP process's event loop: HTTP/2 in C through libnghttp2 (service/native/
+h2grpc.c), calls in Python. grpcio's asyncio server spent ~80% of vkact's gRPC CPU in its own machinery
+(its Cython layer, a completion-queue thread, GIL hand-offs: py-spy under h2load); here a request costs
+one ``receive``, one task and one ``reply``.
+
+A route is the answer to one ``:path``: ``unary`` maps the request message's bytes to the answer's bytes;
+``streaming`` gets the request's bytes and a ``send`` for each answer message (grpc.health.v1 Watch).
+Failures become grpc-status and grpc-message through ``error_status``; the client's deadline
+(grpc-timeout) cancels the call with DEADLINE_EXCEEDED, a client's reset cancels it silently.
+
+Bounds: ``max_calls`` calls at once over all connections (RESOURCE_EXHAUSTED beyond, as grpcio's
+maximum_concurrent_rpcs), ``max_connections`` connections (closed at once beyond), ``max_streams``
+streams per connection (HTTP/2 SETTINGS: the client queues beyond), ``max_message`` bytes a message
+(RESOURCE_EXHAUSTED beyond, without buffering it), and a connection stops being read while its
+answers wait for the client to read them."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import re
+import socket
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..native import h2grpc
+
+log = logging.getLogger("vkact.grpc")
+
+# gRPC status codes (grpc/doc/statuscodes.md)
+OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
+RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 8, 12, 13, 14
+
+Send = Callable[[bytes], None]
+
+
+@dataclass(frozen=True)
+class Route:
+    unary: Callable[[bytes], Awaitable[bytes]] | None = None
+    streaming: Callable[[bytes, Send], Awaitable[None]] | None = None
+
+
+#: ``error_status(exc)`` -> (gRPC status code, message) for a call that raised.
+ErrorStatus = Callable[[BaseException], tuple[int, str]]
+
+_PROBLEMS = {  # h2grpc's reason for a body that is not one whole message
+    "too-large": (RESOURCE_EXHAUSTED, "the request message is larger than the server accepts ({limit} bytes)"),
+    "extra": (INVALID_ARGUMENT, "a unary request carries more than one message"),
+    "incomplete": (INTERNAL, "the request stream ended inside its message"),
+}
+_TIMEOUT = re.compile(rb"(\d{1,8})([HMSmun])")
+_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+
+
+def deadline_seconds(value: bytes) -> float | None:
+    """grpc-timeout (gRPC over HTTP/2: up to 8 digits and a unit) in seconds; None if malformed."""
+    m = _TIMEOUT.fullmatch(value)
+    return int(m[1]) * _UNITS[m[2]] if m else None
+
+
+def percent_encoded(message: str) -> bytes:
+    """grpc-message's encoding: UTF-8, with '%' and bytes outside printable ASCII as %XX."""
+    return b"".join(bytes([b]) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in message.encode("utf-8", "replace"))
+
+
+class GrpcTransport:
+    def __init__(self, routes: dict[str, Route], error_status: ErrorStatus, *, max_message: int, max_calls: int,
+                 max_connections: int, max_streams: int = 128, window: int = 4 << 20) -> None:
+        self.routes = {path.encode(): route for path, route in routes.items()}
+        self.error_status = error_status
+        self.max_message, self.max_calls, self.max_connections = max_message, max_calls, max_connections
+        self.max_streams, self.window = max_streams, window
+        self.calls = 0
+        self.connections: set[_Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self, host: str, port: int, reuse_port: bool) -> None:
+        loop = asyncio.get_running_loop()
+        # One process: the port exclusively, so a second server fails instead of sharing clients.
+        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_port=reuse_port or None,
+                                                reuse_address=True, backlog=1024)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self, grace: float) -> None:
+        """No new connections; each open one is told to start no new call (GOAWAY); calls in progress
+        get ``grace`` seconds; then every connection closes."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.shutdown()
+        deadline = asyncio.get_running_loop().time() + grace
+        while self.calls and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        for conn in list(self.connections):
+            conn.close()
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: GrpcTransport) -> None:
+        self.server = server
+        self.loop = asyncio.get_running_loop()
+        self.session: h2grpc.Session | None = None
+        self.transport: asyncio.Transport | None = None
+        self.calls: dict[int, asyncio.Task] = {}
+        self.expired: set[int] = set()  # calls their deadline cancelled: answered DEADLINE_EXCEEDED
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvloop's is not a subclass
+        self.transport = transport
+        server = self.server
+        if len(server.connections) >= server.max_connections:
+            transport.abort()  # as the HTTP port's connection bound: a flood holds nothing
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        server.connections.add(self)
+        self.session = h2grpc.Session(server.routes, server.max_message, server.max_streams, server.window)
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        session = self.session
+        if session is None:
+            return
+        try:
+            events = session.receive(data)
+        except h2grpc.H2Error as exc:  # nghttp2 has queued its GOAWAY: send it, then close
+            log.debug("gRPC connection closed: %s", exc)
+            self.flush()
+            self.close()
+            return
+        for stream_id, route, message, timeout, encoding in events:
+            if route is None:  # the client reset a call in progress
+                task = self.calls.pop(stream_id, None)
+                if task is not None:
+                    task.cancel()
+            elif message is None:
+                code, text = _PROBLEMS.get(encoding, (INTERNAL, "malformed request stream"))
+                self.finish(stream_id, code, text.format(limit=self.server.max_message))
+            elif self.server.calls >= self.server.max_calls:
+                self.finish(stream_id, RESOURCE_EXHAUSTED, f"more than {self.server.max_calls} calls at once (VKACT_MAX_CONNECTIONS)")
+            else:
+                self.server.calls += 1
+                task = self.loop.create_task(self._call(stream_id, route, message, timeout, encoding))
+                # the bookkeeping in a done callback: a task cancelled before its first step (a request
+                # and its reset in one read) never runs its coroutine's finally
+                task.add_done_callback(functools.partial(self._ended, stream_id))
+                self.calls[stream_id] = task
+        self.flush()
+
+    def pause_writing(self) -> None:  # answers wait for the client: read no more requests meanwhile
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        for task in self.calls.values():
+            task.cancel()
+        self.calls.clear()
+        self.session = None
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    async def _call(self, stream_id: int, route: Route, message: bytes, timeout: bytes | None, encoding: bytes | None) -> None:
+        deadline = None
+        try:
+            if encoding is not None:  # inflating up to max_message bytes: off the event loop
+                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message)
+            if timeout is not None:
+                seconds = deadline_seconds(timeout)
+                if seconds is None:
+                    raise RpcError(INTERNAL, f"malformed grpc-timeout {timeout!r}")
+                deadline = self.loop.call_later(seconds, self._expire, stream_id)
+            if route.unary is not None:
+                answer = await route.unary(message)
+                if self.session is not None:
+                    self.session.reply(stream_id, answer)
+            else:
+                assert route.streaming is not None
+                await route.streaming(message, lambda m: self._send(stream_id, m))
+                self.finish(stream_id, OK, "")
+        except asyncio.CancelledError:
+            if stream_id in self.expired:
+                self.finish(stream_id, DEADLINE_EXCEEDED, "deadline exceeded")
+        except RpcError as exc:
+            self.finish(stream_id, exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered with its code
+            self.finish(stream_id, *self.server.error_status(exc))
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+
+    def _ended(self, stream_id: int, task: asyncio.Task) -> None:
+        self.server.calls -= 1
+        if self.calls.get(stream_id) is task:
+            del self.calls[stream_id]
+        self.expired.discard(stream_id)
+        self.flush()
+
+    def _expire(self, stream_id: int) -> None:
+        task = self.calls.get(stream_id)
+        if task is not None:
+            self.expired.add(stream_id)
+            task.cancel()
+
+    def _send(self, stream_id: int, message: bytes) -> None:
+        if self.session is not None:
+            self.session.send(stream_id, message)
+            self.flush()
+
+    def finish(self, stream_id: int, code: int, message: str) -> None:
+        if self.session is not None:
+            self.session.finish(stream_id, code, percent_encoded(message) if message else b"")
+
+    def flush(self) -> None:
+        session, transport = self.session, self.transport
+        if session is None or transport is None or transport.is_closing():
+            return
+        data = session.pending()
+        if data:
+            transport.write(data)
+        if not session.open:
+            self.close()
+
+    def shutdown(self) -> None:
+        if self.session is not None:
+            self.session.goaway()
+            self.flush()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+class RpcError(Exception):
+    """A call's answer as a gRPC status and message, raised by a route or here."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code, self.message = code, message
+
+
+def _decompressed(message: bytes, encoding: bytes, limit: int) -> bytes:
+    """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
+    ``limit`` bytes: a small bomb cannot grow past the message bound."""
+    if encoding == b"":
+        raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
+    if encoding == b"gzip":
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif encoding == b"deflate":
+        inflater = zlib.decompressobj()
+    else:
+        raise RpcError(UNIMPLEMENTED, f"grpc-encoding {encoding.decode('latin-1')!r} is not supported (gzip, deflate, identity)")
+    try:
+        out = inflater.decompress(message, limit + 1)
+    except zlib.error as exc:
+        raise RpcError(INTERNAL, f"the {encoding.decode()} message does not inflate: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise RpcError(RESOURCE_EXHAUSTED, f"the request message inflates past {limit} bytes")
+    return out
+
+
