@@ -264,7 +264,7 @@ def section(device_name: str, machine: str, r: GrpcResult, targets: bool = True)
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("Machine", f"{machine}; 1-minute load average {r.load[0]:.1f} at the start, {r.load[1]:.1f} at the end"),
         ("Device", f"{r.device['name']}; tensors in {r.device['memory']} memory"),
-        ("vkact", "one process (HTTP and gRPC on one event loop), its device worker in its own process; `shrink`, defaults"),
+        ("vkact", "one process (HTTP and gRPC on one event loop; gRPC over its own HTTP/2 transport in C, libnghttp2), its device worker in its own process; `shrink`, defaults"),
         ("MLServer", ml),
         ("Clients", f"grpcio {v['grpcio']} stubs (tritonclient {v['tritonclient']}'s generated modules, protobuf "
                     f"{v['protobuf']}), one channel per client, the request built once, the output decoded to numpy "

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -267,3 +268,33 @@ def test_garbage_and_abrupt_clients_leave_the_server_serving(server):
         for s in idle:
             s.close()
     assert_serving(server.grpc)
+
+
+def test_connections_beyond_the_bound_are_closed_and_the_others_served():
+    """VKACT_MAX_CONNECTIONS=3: with three connections open, a fourth is closed as it is accepted (no
+    HTTP/2 SETTINGS from the server, an end of stream); once one of the three closes, calls are served."""
+    server = start_server(max_connections=3)
+    host, port = server.grpc.rsplit(":", 1)
+    try:
+        held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+        for s in held:  # each was accepted: the server's SETTINGS come first
+            s.sendall(PREFACE + b"\0\0\0\4\0\0\0\0\0")
+            assert s.recv(9)[3] == 4
+        with socket.create_connection((host, int(port)), timeout=10) as extra:
+            extra.sendall(PREFACE)
+            try:
+                assert extra.recv(9) == b""
+            except ConnectionResetError:
+                pass
+        held.pop().close()
+        for attempt in range(100):  # until the server has seen that close (its own time)
+            try:
+                assert_serving(server.grpc)
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.UNAVAILABLE and attempt < 99, exc
+                time.sleep(0.1)
+        for s in held:
+            s.close()
+    finally:
+        stop_server(server)
