@@ -445,44 +445,37 @@ static Stream *answerable(Session *self, int32_t id) {
     return s;
 }
 
+/* nghttp2's result as a Python exception (-1), or 0. */
+static int h2_result(int rv) {
+    if (rv == 0) return 0;
+    PyErr_Format(H2Error, "%s", nghttp2_strerror(rv));
+    return -1;
+}
+
+/* The data provider waits (DEFERRED) on an empty queue of an unfinished answer: wake it. */
+static int wake(Session *self, Stream *s) {
+    if (!s->deferred) return 0;
+    s->deferred = 0;
+    return nghttp2_session_resume_data(self->session, s->id);
+}
+
 static int queue_message(Session *self, Stream *s, PyObject *message) {
     if (s->queue == NULL && (s->queue = PyList_New(0)) == NULL) return -1;
     if (PyList_Append(s->queue, message) < 0) return -1;
-    int rv = 0;
-    if (!s->headers_sent) rv = start_answer(self, s);
-    else if (s->deferred) {
-        s->deferred = 0;
-        rv = nghttp2_session_resume_data(self->session, s->id);
-    }
-    if (rv != 0) {
-        PyErr_Format(H2Error, "%s", nghttp2_strerror(rv));
-        return -1;
-    }
-    return 0;
+    return h2_result(s->headers_sent ? wake(self, s) : start_answer(self, s));
 }
 
 static int finish(Session *self, Stream *s, int status, PyObject *message) {
     s->finished = 1;
     s->status = status;
-    int rv;
     if (!s->headers_sent) {
         s->headers_sent = 1;
-        rv = submit_trailers_only(self, s->id, status, message ? PyBytes_AS_STRING(message) : "",
-                                  message ? (size_t)PyBytes_GET_SIZE(message) : 0);
-    } else {
-        Py_XINCREF(message);
-        Py_XSETREF(s->status_message, message);
-        rv = 0;
-        if (s->deferred) {
-            s->deferred = 0;
-            rv = nghttp2_session_resume_data(self->session, s->id);
-        }
+        return h2_result(submit_trailers_only(self, s->id, status, message ? PyBytes_AS_STRING(message) : "",
+                                              message ? (size_t)PyBytes_GET_SIZE(message) : 0));
     }
-    if (rv != 0) {
-        PyErr_Format(H2Error, "%s", nghttp2_strerror(rv));
-        return -1;
-    }
-    return 0;
+    Py_XINCREF(message);
+    Py_XSETREF(s->status_message, message);
+    return h2_result(wake(self, s));
 }
 
 static PyObject *Session_send(Session *self, PyObject *args) {
