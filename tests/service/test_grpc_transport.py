@@ -298,3 +298,38 @@ def test_connections_beyond_the_bound_are_closed_and_the_others_served():
             s.close()
     finally:
         stop_server(server)
+
+
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream_id.to_bytes(4, "big") + payload
+
+
+def _literal_headers(headers: list[tuple[str, str]]) -> bytes:
+    """An HPACK block of literal fields without indexing (no Huffman): names and values under 127 bytes."""
+    out = b""
+    for name, value in headers:
+        out += b"\0" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
+    return out
+
+
+def test_calls_reset_in_the_read_that_brought_them_give_their_places_back():
+    """200 calls each sent whole and reset in one write: the server starts and cancels each before it
+    runs (the task's coroutine never starts, so only its done callback can give the place back). With
+    room for 8 calls, every later call is still served, none refused as RESOURCE_EXHAUSTED."""
+    server = start_server(max_connections=8)
+    host, port = server.grpc.rsplit(":", 1)
+    block = _literal_headers([(":method", "POST"), (":scheme", "http"), (":path", INFER), (":authority", "vkact"),
+                              ("content-type", "application/grpc"), ("te", "trailers")])
+    body = framed(relu_request(np.ones(16, np.float32)).SerializeToString())
+    cancel = (8).to_bytes(4, "big")
+    data = PREFACE + _frame(4, 0, 0, b"")
+    for stream_id in range(1, 400, 2):
+        data += _frame(1, 4, stream_id, block) + _frame(0, 1, stream_id, body) + _frame(3, 0, stream_id, cancel)
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(data)
+            time.sleep(1)
+        for _ in range(10):
+            assert_serving(server.grpc)
+    finally:
+        stop_server(server)
