@@ -1,0 +1,61 @@
+/* h2grpc's shared parts: a connection's Session (the Python type, h2grpc.c), its request streams
+ * (h2grpc_request.c: what the client sends, through nghttp2's callbacks) and their answers
+ * (h2grpc_answer.c: messages and the grpc-status trailer). See h2grpc.c for the Python interface. */
+#ifndef VKACT_H2GRPC_H
+#define VKACT_H2GRPC_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <nghttp2/nghttp2.h>
+#include <string.h>
+
+extern PyObject *H2Error;
+
+typedef struct Stream {
+    struct Stream *prev, *next;  /* the session's open streams: freed with it (nghttp2_session_del calls no callback) */
+    int32_t id;
+    PyObject *route;           /* new ref: the routes dict's value for :path; NULL: unknown path */
+    PyObject *timeout;         /* grpc-timeout's value (bytes) or NULL */
+    PyObject *encoding;        /* grpc-encoding's value (bytes) or NULL */
+    int not_post, not_grpc;
+    /* the request's body: the 5-byte prefix, then the message straight into a bytes object */
+    unsigned char prefix[5];
+    size_t prefix_len;
+    PyObject *body;            /* bytes of the prefix's length, filled as DATA arrives */
+    size_t body_len, body_need;
+    int too_large, extra;      /* over max_message; bytes after the first message */
+    int dispatched;            /* handed to Python: its close before an answer is a cancellation */
+    int refused;               /* answered here when its headers came (not a call vkact serves) */
+    /* the answer: messages queued by send(), then the trailer once finished */
+    PyObject *queue;           /* list of bytes */
+    Py_ssize_t q_index;        /* the message being sent */
+    size_t q_offset;           /* its bytes sent, the 5-byte prefix counted */
+    int headers_sent, finished, deferred;
+    int status;
+    PyObject *status_message;  /* bytes, percent-encoded by the caller */
+} Stream;
+
+typedef struct {
+    PyObject_HEAD
+    nghttp2_session *session;
+    PyObject *routes;          /* dict: :path bytes -> route object */
+    PyObject *events;          /* list being filled by the receive() in progress */
+    Stream *streams;           /* open streams, linked */
+    size_t max_message;
+    int callback_error;        /* a Python error inside a callback: receive() raises it */
+} Session;
+
+#define NV(NAME, VALUE, VLEN) {(uint8_t *)(NAME), (uint8_t *)(VALUE), sizeof(NAME) - 1, (VLEN), NGHTTP2_NV_FLAG_NONE}
+
+/* h2grpc_request.c */
+void set_request_callbacks(nghttp2_session_callbacks *callbacks);
+void stream_free(Stream *s);
+
+/* h2grpc_answer.c */
+int submit_trailers_only(Session *self, int32_t id, int status, const char *message, size_t message_len);
+Stream *answerable(Session *self, int32_t id);
+int h2_result(int rv);
+int queue_message(Session *self, Stream *s, PyObject *message);
+int finish(Session *self, Stream *s, int status, PyObject *message);
+
+#endif

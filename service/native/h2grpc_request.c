@@ -1,0 +1,187 @@
+/* A request stream as the client sends it: nghttp2's callbacks build each Stream (its route by :path,
+ * its headers, its one message read straight into a bytes object) and hand a finished one to Python
+ * through the events list of the receive() in progress. */
+#include "h2grpc.h"
+
+void stream_free(Stream *s) {
+    Py_XDECREF(s->route);
+    Py_XDECREF(s->timeout);
+    Py_XDECREF(s->encoding);
+    Py_XDECREF(s->body);
+    Py_XDECREF(s->queue);
+    Py_XDECREF(s->status_message);
+    PyMem_Free(s);
+}
+
+static void unlink_stream(Session *self, Stream *s) {
+    if (s->prev) s->prev->next = s->next;
+    else self->streams = s->next;
+    if (s->next) s->next->prev = s->prev;
+}
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    Session *self = user_data;
+    Stream *s = PyMem_Calloc(1, sizeof(Stream));
+    if (s == NULL) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    s->id = frame->hd.stream_id;
+    s->next = self->streams;
+    if (s->next) s->next->prev = s;
+    self->streams = s;
+    nghttp2_session_set_stream_user_data(session, s->id, s);
+    return 0;
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                     const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data) {
+    Session *self = user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    Stream *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (s == NULL) return 0;
+#define IS(LITERAL) (namelen == sizeof(LITERAL) - 1 && memcmp(name, LITERAL, namelen) == 0)
+    if (IS(":path")) {
+        PyObject *path = PyBytes_FromStringAndSize((const char *)value, (Py_ssize_t)valuelen);
+        if (path == NULL) goto failed;
+        PyObject *route = PyDict_GetItemWithError(self->routes, path);
+        Py_DECREF(path);
+        if (route == NULL && PyErr_Occurred()) goto failed;
+        Py_XINCREF(route);
+        Py_XSETREF(s->route, route);
+    } else if (IS(":method")) {
+        s->not_post = !(valuelen == 4 && memcmp(value, "POST", 4) == 0);
+    } else if (IS("content-type")) {
+        s->not_grpc = !(valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                        (valuelen == 16 || value[16] == '+' || value[16] == ';'));
+    } else if (IS("grpc-timeout") || IS("grpc-encoding")) {
+        PyObject *v = PyBytes_FromStringAndSize((const char *)value, (Py_ssize_t)valuelen);
+        if (v == NULL) goto failed;
+        if (IS("grpc-timeout")) Py_XSETREF(s->timeout, v);
+        else Py_XSETREF(s->encoding, v);
+    }
+#undef IS
+    return 0;
+failed:
+    self->callback_error = 1;
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+                         void *user_data) {
+    Session *self = user_data;
+    Stream *s = nghttp2_session_get_stream_user_data(session, id);
+    if (s == NULL || s->too_large || s->extra || s->refused) return 0;
+    while (len) {
+        if (s->body == NULL) {
+            size_t n = 5 - s->prefix_len < len ? 5 - s->prefix_len : len;
+            memcpy(s->prefix + s->prefix_len, data, n);
+            s->prefix_len += n;
+            data += n;
+            len -= n;
+            if (s->prefix_len < 5) return 0;
+            size_t need = ((size_t)s->prefix[1] << 24) | ((size_t)s->prefix[2] << 16) |
+                          ((size_t)s->prefix[3] << 8) | s->prefix[4];
+            if (need > self->max_message) {
+                s->too_large = 1;
+                return 0;
+            }
+            s->body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need);
+            if (s->body == NULL) {
+                self->callback_error = 1;
+                return NGHTTP2_ERR_CALLBACK_FAILURE;
+            }
+            s->body_need = need;
+            continue;
+        }
+        if (s->body_len == s->body_need) {  /* a second message on a unary request */
+            s->extra = 1;
+            return 0;
+        }
+        size_t n = s->body_need - s->body_len < len ? s->body_need - s->body_len : len;
+        memcpy(PyBytes_AS_STRING(s->body) + s->body_len, data, n);
+        s->body_len += n;
+        data += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* A request that is not a gRPC call vkact serves, answered as soon as its headers are in (a streaming
+ * client of an unknown method must not wait for its own end of stream). */
+static int refuse(Session *self, Stream *s) {
+    static const char unimplemented[] = "unknown method";
+    s->refused = 1;
+    Py_CLEAR(s->body);
+    if (s->not_post || s->not_grpc) {
+        nghttp2_nv nva[] = {NV(":status", s->not_post ? "405" : "415", 3)};
+        return nghttp2_submit_response(self->session, s->id, nva, 1, NULL);
+    }
+    return submit_trailers_only(self, s->id, 12, unimplemented, sizeof unimplemented - 1);
+}
+
+/* A request stream the client has finished: handed to Python through the events list. */
+static int request_complete(Session *self, Stream *s) {
+    const char *problem = NULL;
+    if (s->too_large) problem = "too-large";
+    else if (s->extra) problem = "extra";
+    else if (s->body == NULL || s->body_len != s->body_need) problem = "incomplete";
+    PyObject *id = PyLong_FromLong(s->id);
+    /* the last field: the problem's name, or for a compressed message its grpc-encoding (b"": none sent) */
+    PyObject *last = problem ? PyUnicode_FromString(problem)
+                   : s->prefix[0] == 0 ? Py_NewRef(Py_None)
+                   : s->encoding ? Py_NewRef(s->encoding) : PyBytes_FromStringAndSize("", 0);
+    PyObject *event = id && last ? PyTuple_Pack(5, id, s->route, problem ? Py_None : s->body,
+                                                s->timeout ? s->timeout : Py_None, last) : NULL;
+    Py_XDECREF(id);
+    Py_XDECREF(last);
+    if (event == NULL || PyList_Append(self->events, event) < 0) {
+        Py_XDECREF(event);
+        self->callback_error = 1;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    Py_DECREF(event);
+    Py_CLEAR(s->body);  /* Python holds the message now */
+    s->dispatched = 1;
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    Session *self = user_data;
+    if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) return 0;
+    Stream *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (s == NULL || s->dispatched || s->refused) return 0;
+    int rv = 0;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST &&
+        (s->route == NULL || s->not_post || s->not_grpc))
+        rv = refuse(self, s);
+    else if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
+        rv = request_complete(self, s);
+    return rv == NGHTTP2_ERR_CALLBACK_FAILURE || rv == 0 ? rv : 0;  /* a submit error: the stream is gone */
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_code, void *user_data) {
+    Session *self = user_data;
+    Stream *s = nghttp2_session_get_stream_user_data(session, id);
+    if (s == NULL) return 0;
+    nghttp2_session_set_stream_user_data(session, id, NULL);
+    unlink_stream(self, s);
+    int cancelled = s->dispatched && !s->finished;
+    stream_free(s);
+    if (cancelled && self->events != NULL) {
+        PyObject *event = Py_BuildValue("(iOOOO)", id, Py_None, Py_None, Py_None, Py_None);
+        if (event == NULL || PyList_Append(self->events, event) < 0) {
+            Py_XDECREF(event);
+            self->callback_error = 1;
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        Py_DECREF(event);
+    }
+    return 0;
+}
+
+void set_request_callbacks(nghttp2_session_callbacks *callbacks) {
+    nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame_recv);
+    nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
+}
