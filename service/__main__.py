@@ -13,7 +13,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import uvicorn  # noqa: E402
 
 from .config import Settings  # noqa: E402
-from .supervisor import supervise  # noqa: E402
+from .supervisor import SUPERVISOR_ENV, supervise  # noqa: E402
+from .vulkan_probe import gpu_missing, physical_devices  # noqa: E402
+
+NO_GPU = 2  # exit status of a start that VKACT_REQUIRE_GPU refused
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,6 +34,15 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.update({"VKACT_HOST": args.host, "VKACT_PORT": str(args.port), "VKACT_DEVICE": args.device, "VKACT_WORKERS": str(args.workers)})
     os.environ["VKACT_GRPC_PORT"] = str(args.grpc_port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # The gpu image asks for a GPU: without one (no NVIDIA device given to the container, or the
+    # toolkit's graphics capability missing) it stops here with one line, instead of serving from
+    # lavapipe unnoticed. The supervisor's children are past this check already.
+    if Settings().require_gpu and not os.environ.get(SUPERVISOR_ENV):
+        missing = gpu_missing(physical_devices(), args.device)
+        if missing:
+            print(f"vkact: no GPU Vulkan device, and VKACT_REQUIRE_GPU is set: {missing}. Give the container an NVIDIA GPU "
+                  "with the toolkit's graphics capability, or set VKACT_REQUIRE_GPU=0 to serve from the CPU.", file=sys.stderr)
+            sys.exit(NO_GPU)
     if not args.no_supervise:  # this process restarts the HTTP server if it dies (service/supervisor.py)
         sys.exit(supervise(sys.argv[1:] if argv is None else argv))
     uvicorn.run(

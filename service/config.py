@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     idle_release_s: float = Field(60.0, gt=0, description="tensor slots and the engine's buffers and pipelines unused for this long (up to twice) are freed")
     max_pipelines: int = Field(256, ge=8, description="compiled pipelines the engine keeps (least recently used out): bounds the device worker's memory over many distinct descriptors")
     worker_start_timeout_s: float = Field(120.0, gt=0, description="a device worker that has not reported ready this long after it started (a driver hung creating the device) is killed and started again")
+    require_gpu: bool = Field(False, description="start only where the chosen Vulkan device is a GPU (the gpu image sets it): else say so in one line and exit with status 2, instead of serving from a CPU driver or not at all")
 
     @model_validator(mode="after")
     def _one_process_per_pinned_cpu(self) -> "Settings":

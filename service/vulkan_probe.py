@@ -164,6 +164,19 @@ def choose(devices: list[PhysicalDevice], wanted: str) -> PhysicalDevice:
     raise LookupError(f"no Vulkan device named like {wanted!r}; found: {', '.join(d.name for d in devices)}")
 
 
+def gpu_missing(devices: list[PhysicalDevice], wanted: str) -> str | None:
+    """Why ``wanted`` does not give a GPU among ``devices`` (one line), or None when it does: a
+    device's reported type decides, not its driver's name."""
+    try:
+        device = choose(devices, wanted)
+    except LookupError as e:
+        return str(e)
+    if device.type in ("discrete-gpu", "integrated-gpu", "virtual-gpu"):
+        return None
+    return f"the Vulkan device chosen ({wanted!r}) is {device.name}, a {device.type} device, not a GPU; found: " + ", ".join(
+        f"{d.name} ({d.type})" for d in devices)
+
+
 if __name__ == "__main__":
     for d in physical_devices():
         print(d.as_dict())
