@@ -1,5 +1,6 @@
 # Everyday entry points.  `make test` from a fresh clone sets everything up first.
-#   make setup | test [PYTEST_ARGS=...] | test-portability | serve [HOST=... PORT=...] | bench [DRIVER=swiftshader] | clean
+#   make setup | test [PYTEST_ARGS=...] | test-portability | serve [HOST=... PORT=...] | bench [DRIVER=swiftshader]
+#   | images [IMAGES=cpu|gpu] | clean
 SHELL := bash
 # Same knob as scripts/setup.sh: VKACT_VENV=/path make test
 VKACT_VENV ?= $(CURDIR)/.venv
@@ -14,7 +15,7 @@ $(STAMP): pyproject.toml scripts/setup.sh scripts/build-kp.sh scripts/build-nati
 	bash scripts/setup.sh
 	touch $@
 
-.PHONY: setup shaders test test-portability serve bench clean
+.PHONY: setup shaders test test-portability serve bench images clean
 setup:            # explicit request: always run the (idempotent) script
 	bash scripts/setup.sh
 	touch $(STAMP)
@@ -39,6 +40,11 @@ serve: shaders
 # DRIVER=swiftshader (or lavapipe): that Vulkan driver's own sections of bench/RESULTS.md
 bench: shaders
 	$(PY) -m bench $(if $(DRIVER),--driver $(DRIVER))
+
+# Both service images, vkact:cpu and vkact:gpu (IMAGES=cpu for one), from docker/Dockerfile with docker
+# or podman, whichever is here; needs no venv (scripts/build-images.sh).
+images:
+	bash scripts/build-images.sh $(IMAGES)
 
 # The kp wheel cache (~/.cache/vkact) stays: it is outside the repo and shared by clones.
 clean:
