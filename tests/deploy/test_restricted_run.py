@@ -29,28 +29,30 @@ from tests.deploy.test_manifests import DEPLOY, documents
 from tests.service.conftest import free_port
 
 IMAGE = os.environ.get("VKACT_IMAGE_CPU", "vkact:cpu")
+GPU_IMAGE = os.environ.get("VKACT_IMAGE_GPU", "vkact:gpu")
 SCRIPT = Path(__file__).with_name("restricted_pod.sh")
 UID, GID = 1000670000, 0   # an OpenShift-style UID from a namespace's range, in group 0
 START_TIMEOUT_S = 180      # a loaded 2-core machine: the image's first start compiles nothing, but imports plenty
 
 
-def why_not() -> str | None:
+def why_not(image: str) -> str | None:
     if os.geteuid() != 0:
         return "needs root (podman image mount, mount, chroot)"
     for tool in ("podman", "unshare", "setpriv"):
         if shutil.which(tool) is None:
             return f"no {tool} here (the image is mounted with podman: `make images` installs and uses it)"
-    if subprocess.run(["podman", "image", "exists", IMAGE], capture_output=True).returncode != 0:
-        return f"no {IMAGE} image: build it with `make images`"
+    if subprocess.run(["podman", "image", "exists", image], capture_output=True).returncode != 0:
+        return f"no {image} image: build it with `make images`"
     return None
 
 
-pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
+needs_cpu_image = pytest.mark.skipif(why_not(IMAGE) is not None, reason=why_not(IMAGE) or "")
+needs_gpu_image = pytest.mark.skipif(why_not(GPU_IMAGE) is not None, reason=why_not(GPU_IMAGE) or "")
 
 
-def manifest_container() -> tuple[dict, dict]:
-    """The cpu Deployment's container, and its volumes by name."""
-    doc = next(d for d in documents(DEPLOY / "kubernetes" / "vkact-cpu.yaml") if d["kind"] == "Deployment")
+def manifest_container(flavour: str = "cpu") -> tuple[dict, dict]:
+    """The Deployment's container, and its volumes by name."""
+    doc = next(d for d in documents(DEPLOY / "kubernetes" / f"vkact-{flavour}.yaml") if d["kind"] == "Deployment")
     spec = doc["spec"]["template"]["spec"]
     return spec["containers"][0], {v["name"]: v for v in spec["volumes"]}
 
@@ -82,54 +84,73 @@ def status(pid: int) -> dict[str, str]:
     return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
 
 
-@pytest.fixture(scope="module")
-def pod(tmp_path_factory):
-    image = json.loads(subprocess.run(["podman", "image", "inspect", IMAGE], capture_output=True, text=True, check=True).stdout)[0]["Config"]
-    container, volumes = manifest_container()
-    mounts = {m["mountPath"]: volumes[m["name"]]["emptyDir"] for m in container["volumeMounts"]}
-    assert set(mounts) == {"/dev/shm", "/tmp"}, "restricted_pod.sh mounts these two: keep them in step with the manifest"
-    http, grpc = free_port(), free_port()
-    env = dict(e.split("=", 1) for e in image["Env"])
-    env |= {e["name"]: e["value"] for e in container["env"]}
-    # the runtime's HOME for a UID without a passwd entry; loopback and free ports (no network namespace)
-    env |= {"HOME": "/", "VKACT_HOST": "127.0.0.1", "VKACT_PORT": str(http), "VKACT_GRPC_PORT": str(grpc)}
-    rootfs = subprocess.run(["podman", "image", "mount", IMAGE], capture_output=True, text=True, check=True).stdout.strip()
-    work = tmp_path_factory.mktemp("pod")
-    stage, log = work / "root", work / "log"
-    stage.mkdir()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            ["unshare", "--mount", "--pid", "--fork", "--kill-child", str(SCRIPT), str(stage), rootfs, str(UID), str(GID),
-             tmpfs_size(mounts["/dev/shm"]["sizeLimit"]), tmpfs_size(mounts["/tmp"]["sizeLimit"]),
-             "--", "/usr/bin/env", "-C", image["WorkingDir"], *image["Cmd"]],
-            env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{http}"
-    try:
+class Pod:
+    """``image`` started as its Deployment's restricted pod (the manifest's env and emptyDir sizes, ``env``
+    on top), until ``stop``."""
+
+    def __init__(self, image: str, flavour: str, work: Path, **env: str) -> None:
+        config = json.loads(subprocess.run(["podman", "image", "inspect", image], capture_output=True, text=True, check=True).stdout)[0]["Config"]
+        self.image = image
+        self.container, volumes = manifest_container(flavour)
+        mounts = {m["mountPath"]: volumes[m["name"]]["emptyDir"] for m in self.container["volumeMounts"]}
+        assert set(mounts) == {"/dev/shm", "/tmp"}, "restricted_pod.sh mounts these two: keep them in step with the manifest"
+        http, grpc = free_port(), free_port()
+        full_env = dict(e.split("=", 1) for e in config["Env"])
+        full_env |= {e["name"]: e["value"] for e in self.container["env"]}
+        # the runtime's HOME for a UID without a passwd entry; loopback and free ports (no network namespace)
+        full_env |= {"HOME": "/", "VKACT_HOST": "127.0.0.1", "VKACT_PORT": str(http), "VKACT_GRPC_PORT": str(grpc)} | env
+        rootfs = subprocess.run(["podman", "image", "mount", image], capture_output=True, text=True, check=True).stdout.strip()
+        stage, self.log = work / "root", work / "log"
+        stage.mkdir()
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                ["unshare", "--mount", "--pid", "--fork", "--kill-child", str(SCRIPT), str(stage), rootfs, str(UID), str(GID),
+                 tmpfs_size(mounts["/dev/shm"]["sizeLimit"]), tmpfs_size(mounts["/tmp"]["sizeLimit"]),
+                 "--", "/usr/bin/env", "-C", config["WorkingDir"], *config["Cmd"]],
+                env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        self.url, self.grpc = f"http://127.0.0.1:{http}", f"127.0.0.1:{grpc}"
+
+    def wait_ready(self) -> int:
+        """The service's PID (on the host) once its readiness probe answers 200."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            assert proc.poll() is None, f"the service exited ({proc.returncode}):\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"not ready within {START_TIMEOUT_S} s:\n{log.read_text()}"
+            assert self.proc.poll() is None, f"the service exited ({self.proc.returncode}):\n{self.log.read_text()}"
+            assert time.monotonic() < deadline, f"not ready within {START_TIMEOUT_S} s:\n{self.log.read_text()}"
             try:
-                if httpx.get(f"{url}{container['readinessProbe']['httpGet']['path']}", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}{self.container['readinessProbe']['httpGet']['path']}", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             time.sleep(0.5)
-        [supervisor] = process_tree(proc.pid)[1:2]   # unshare's child: the service, PID 1 of its namespace
-        yield {"url": url, "grpc": f"127.0.0.1:{grpc}", "proc": proc, "supervisor": supervisor, "log": log, "container": container}
+        [service] = process_tree(self.proc.pid)[1:2]   # unshare's child: the service, PID 1 of its namespace
+        return service
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()   # --kill-child: the service goes with it
+            self.proc.wait(timeout=30)
+        subprocess.run(["podman", "image", "unmount", self.image], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory):
+    started = Pod(IMAGE, "cpu", tmp_path_factory.mktemp("pod"))
+    try:
+        supervisor = started.wait_ready()
+        yield {"url": started.url, "grpc": started.grpc, "proc": started.proc, "supervisor": supervisor, "log": started.log,
+               "container": started.container}
     finally:
-        if proc.poll() is None:
-            proc.kill()   # --kill-child: the service goes with it
-            proc.wait(timeout=30)
-        subprocess.run(["podman", "image", "unmount", IMAGE], capture_output=True)
+        started.stop()
 
 
+@needs_cpu_image
 def test_readiness_and_liveness_answer(pod):
     for probe in ("readinessProbe", "livenessProbe"):
         response = httpx.get(pod["url"] + pod["container"][probe]["httpGet"]["path"], timeout=10)
         assert response.status_code == 200, (probe, response.text)
 
 
+@needs_cpu_image
 def test_v2_inference_over_http(pod):
     x = np.random.default_rng(26).standard_normal(1000).astype(np.float32)
     body = {"inputs": [{"name": "InputTensor", "shape": [1000], "datatype": "FP32", "data": x.tolist()}],
@@ -140,6 +161,7 @@ def test_v2_inference_over_http(pod):
     np.testing.assert_allclose(out, np.clip(0.5 * x.astype(np.float64) + 0.25, 0, 1), rtol=0, atol=1e-7)
 
 
+@needs_cpu_image
 def test_v2_inference_over_grpc(pod):
     client = tg.InferenceServerClient(pod["grpc"])
     try:
@@ -153,6 +175,7 @@ def test_v2_inference_over_grpc(pod):
         client.close()
 
 
+@needs_cpu_image
 def test_every_process_runs_unprivileged(pod):
     tree = process_tree(pod["supervisor"])
     assert len(tree) >= 3, "the supervisor, the HTTP process and its device worker"
@@ -164,6 +187,7 @@ def test_every_process_runs_unprivileged(pod):
         assert s["NoNewPrivs"] == "1"
 
 
+@needs_cpu_image
 def test_the_root_is_read_only_and_writes_land_in_the_empty_dirs(pod):
     mounts = {f[4]: (f[5], f[f.index("-") + 1]) for f in (line.split() for line in Path(f"/proc/{pod['supervisor']}/mountinfo").read_text().splitlines())}
     assert mounts["/"][0].split(",")[0] == "ro"
@@ -175,7 +199,35 @@ def test_the_root_is_read_only_and_writes_land_in_the_empty_dirs(pod):
         assert trouble not in text, text
 
 
+@needs_cpu_image
 def test_sigterm_stops_it_cleanly(pod):
     """Last: what the kubelet does when it stops the pod."""
     os.kill(pod["supervisor"], signal.SIGTERM)
     assert pod["proc"].wait(timeout=60) == 0, pod["log"].read_text()
+
+
+@needs_gpu_image
+def test_the_gpu_image_without_a_gpu_says_so_in_one_line_and_exits(tmp_path):
+    """As its restricted pod on a node that gave it no GPU (here: none at all, lavapipe only)."""
+    started = Pod(GPU_IMAGE, "gpu", tmp_path)
+    try:
+        assert started.proc.wait(timeout=START_TIMEOUT_S) == 2
+        lines = started.log.read_text().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("vkact: no GPU Vulkan device"), lines
+        assert "VKACT_REQUIRE_GPU=0" in lines[0] and "llvmpipe" in lines[0]
+    finally:
+        started.stop()
+
+
+@needs_gpu_image
+def test_the_gpu_image_told_to_fall_back_serves_from_lavapipe(tmp_path):
+    started = Pod(GPU_IMAGE, "gpu", tmp_path, VKACT_REQUIRE_GPU="0")
+    try:
+        started.wait_ready()
+        x = np.linspace(-2, 2, 256, dtype=np.float32)
+        body = {"inputs": [{"name": "InputTensor", "shape": [256], "datatype": "FP32", "data": x.tolist()}]}
+        out = httpx.post(f"{started.url}/v2/models/relu/infer", json=body, timeout=60).json()["outputs"][0]["data"]
+        np.testing.assert_array_equal(np.asarray(out, np.float32), np.maximum(x, 0))
+        assert "llvmpipe" in httpx.get(f"{started.url}/v1/device", timeout=10).text
+    finally:
+        started.stop()
