@@ -47,7 +47,8 @@ def test_without_a_gpu_the_service_exits_with_one_line():
     assert proc.returncode == NO_GPU == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert "no GPU Vulkan device" in lines[0] and "VKACT_REQUIRE_GPU=0" in lines[0] and "llvmpipe" in lines[0]
+    assert "no GPU Vulkan device" in lines[0] and "VKACT_REQUIRE_GPU=0" in lines[0]
+    assert all(d.name in lines[0] for d in physical_devices())   # what there is instead (lavapipe, SwiftShader)
     assert proc.stdout == ""
 
 
