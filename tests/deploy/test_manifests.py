@@ -12,11 +12,24 @@ from service.api import create_app
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S_VERSION = "1.37.0"
-# kustomize's own files are not Kubernetes objects (test_kustomize.py checks them)
+# kustomize's own files are not Kubernetes objects (test_admission.py checks them)
 KUSTOMIZE_FILES = {"kustomization.yaml", "kustomizeconfig.yaml"}
 MANIFESTS = sorted(p for p in DEPLOY.rglob("*.yaml") if p.name not in KUSTOMIZE_FILES)
-# KServe's own fields on the predictor, around a Kubernetes PodSpec (serving.kserve.io/v1beta1).
-KSERVE_PREDICTOR_FIELDS = {"minReplicas", "maxReplicas", "scaleMetric", "scaleTarget", "containerConcurrency", "timeout", "canaryTrafficPercent"}
+# serving.kserve.io/v1beta1's predictor, as the kserve 0.21 Python SDK has it (V1beta1PredictorSpec.attribute_map):
+# a Kubernetes PodSpec's fields inline, and KServe's own.
+KSERVE_PREDICTOR_SPEC = frozenset("""
+    activeDeadlineSeconds affinity annotations autoScaling automountServiceAccountToken batcher canaryTrafficPercent
+    containerConcurrency containers deploymentStrategy dnsConfig dnsPolicy enableServiceLinks ephemeralContainers
+    hostAliases hostIPC hostNetwork hostPID hostUsers hostname hostnameOverride huggingface imagePullSecrets
+    initContainers labels lightgbm logger maxReplicas minReplicas model name nodeName nodeSelector onnx os overhead
+    paddle pmml preemptionPolicy priority priorityClassName pytorch readinessGates resourceClaims resources
+    restartPolicy runtimeClassName scaleMetric scaleMetricType scaleTarget schedulerName schedulingGates
+    schedulingGroup securityContext serviceAccount serviceAccountName setHostnameAsFQDN shareProcessNamespace sklearn
+    storageContainerName storageUris subdomain tensorflow terminationGracePeriodSeconds timeout tolerations
+    topologySpreadConstraints triton volumes workerSpec xgboost""".split())
+# the same, less what a PodSpec has (core/v1 in K8S_VERSION's schema): KServe's own fields
+KSERVE_PREDICTOR_FIELDS = KSERVE_PREDICTOR_SPEC - set(json.loads(
+    (Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{K8S_VERSION}-local-strict" / "podspec-v1.json").read_text())["properties"])
 
 
 def documents(path: Path) -> list[dict]:
@@ -41,18 +54,12 @@ def test_valid_against_the_kubernetes_schemas(path):
     for doc in documents(path):
         if doc["apiVersion"].startswith("serving.kserve.io/"):
             assert doc["kind"] == "InferenceService" and set(doc["spec"]) <= {"predictor", "transformer", "explainer"}
-            assert set(doc["spec"]["predictor"]) - KSERVE_PREDICTOR_FIELDS <= set(_pod_spec_fields())
+            assert set(doc["spec"]["predictor"]) <= KSERVE_PREDICTOR_SPEC, set(doc["spec"]["predictor"]) - KSERVE_PREDICTOR_SPEC
             # the predictor is a PodSpec plus KServe's fields: validate that part as a core/v1 Pod
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": doc["metadata"]["name"]}, "spec": pod_specs(doc)[0]}
             kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
         else:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-
-
-def _pod_spec_fields() -> set[str]:
-    """core/v1 PodSpec's fields in the Kubernetes version's schema (kserve's PredictorSpec inlines a PodSpec)."""
-    schemas = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{K8S_VERSION}-local-strict"
-    return set(json.loads((schemas / "podspec-v1.json").read_text())["properties"])
 
 
 def test_probes_and_ports_point_at_the_service():
