@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     # The gpu image asks for a GPU: without one (no NVIDIA device given to the container, or the
     # toolkit's graphics capability missing) it stops here with one line, instead of serving from
     # lavapipe unnoticed. The supervisor's children are past this check already.
-    if Settings().require_gpu and not os.environ.get(SUPERVISOR_ENV):
+    if defaults.require_gpu and not os.environ.get(SUPERVISOR_ENV):
         missing = gpu_missing(physical_devices(), args.device)
         if missing:
             print(f"vkact: no GPU Vulkan device, and VKACT_REQUIRE_GPU is set: {missing}. Give the container an NVIDIA GPU "
