@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, UnknownOperator
 from . import grpc_transport as status_codes
 from .errors import count_error, protocol_error
 from .grpc_infer import model_infer
@@ -69,7 +69,12 @@ class InferenceServicer:
         return pb.ServerReadyResponse(ready=self._ready())
 
     async def ModelReady(self, request: Any) -> Any:
-        find_model(request.name, request.version or None)
+        """An unknown model or version is not ready (ready=false, OK), as Triton answers: readiness
+        probes written for Triton read the flag, not a NOT_FOUND."""
+        try:
+            find_model(request.name, request.version or None)
+        except UnknownOperator:
+            return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=self._ready())
 
     async def ServerMetadata(self, request: Any) -> Any:

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
-from ..errors import InvalidRequest, NotReady, VkactError
+from ..errors import InvalidRequest, NotReady, UnknownOperator, VkactError
 from ..operators import OperatorDesc
 from ..shared_memory import Region, SharedMemoryRegistry
 from ..worker import pickled
@@ -98,16 +98,24 @@ async def model_version_metadata(model: str, version: str) -> dict[str, Any]:
 
 @router.get("/models/{model}/ready", summary="Model readiness")
 async def model_ready(request: Request, model: str) -> JSONResponse:
-    find_model(model)
-    ok = _ready(request)
-    return JSONResponse({"name": model, "ready": ok}, status_code=200 if ok else 503)
+    return _model_ready(request, {"name": model})
 
 
 @router.get("/models/{model}/versions/{version}/ready", summary="Model readiness of one version")
 async def model_version_ready(request: Request, model: str, version: str) -> JSONResponse:
-    find_model(model, version)
+    return _model_ready(request, {"name": model, "version": version})
+
+
+def _model_ready(request: Request, answer: dict[str, Any]) -> JSONResponse:
+    """$model_ready_response. An unknown model or version is not ready: ``ready`` false (404, with the
+    reason in ``error``), as gRPC's ModelReady answers ready=false, so a probe that reads the flag
+    works on either protocol."""
+    try:
+        find_model(answer["name"], answer.get("version"))
+    except UnknownOperator as exc:
+        return JSONResponse({**answer, "ready": False, "error": str(exc)}, status_code=404)
     ok = _ready(request)
-    return JSONResponse({"name": model, "version": version, "ready": ok}, status_code=200 if ok else 503)
+    return JSONResponse({**answer, "ready": ok}, status_code=200 if ok else 503)
 
 
 @router.get("/models/{model}/config", summary="Model configuration (Triton's, as perf_analyzer reads it)")

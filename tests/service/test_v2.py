@@ -78,6 +78,16 @@ def test_health(tc):
     assert not tc.is_model_ready("nope") and not tc.is_model_ready("shrink", "2")
 
 
+def test_unknown_model_readiness_reads_false(server):
+    """A probe that reads the flag: false for an unknown model or version, the reason beside it."""
+    with server.client() as http:
+        for path, answer, reason in (("/v2/models/nope/ready", {"name": "nope"}, "unknown model"),
+                                     ("/v2/models/shrink/versions/2/ready", {"name": "shrink", "version": "2"}, "no version")):
+            r = http.get(path)
+            assert r.status_code == 404
+            assert r.json() == {**answer, "ready": False, "error": r.json()["error"]} and reason in r.json()["error"]
+
+
 def test_server_metadata_lists_only_what_is_implemented(tc):
     meta = tc.get_server_metadata()
     assert meta["name"] == "vkact" and meta["version"]
