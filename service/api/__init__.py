@@ -29,6 +29,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = runtime.worker = DeviceWorker(settings)
+        worker.on_execution = runtime.metrics.triton.execution
         worker.start()  # readiness follows when the worker reports its device and shaders
         grpc_server = None
         if settings.grpc_port:

@@ -175,4 +175,4 @@ def record_success(state: Runtime, op: OperatorDesc, started: float, result: Res
     metrics = state.metrics
     elapsed = time.perf_counter() - started
     metrics.operator(op.type_name()).record(elapsed, result.queue_seconds, result.kernel_seconds, bytes_in, bytes_out)
-    metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds, result.batch_size)
+    metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds)

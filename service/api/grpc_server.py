@@ -32,7 +32,8 @@ from .metrics import MODEL_VERSION
 from .runtime import Runtime
 from .statistics import model_stats
 from .v2 import EXTENSIONS
-from .v2_models import MODELS, config, find_model, metadata
+from .model_config import load, model_config, model_metadata, refuse_load_parameters
+from .v2_models import MODELS, find_model
 
 log = logging.getLogger("vkact.grpc")
 
@@ -81,12 +82,12 @@ class InferenceServicer:
         return pb.ServerMetadataResponse(name="vkact", version=self.version, extensions=EXTENSIONS)
 
     async def ModelMetadata(self, request: Any) -> Any:
-        meta = metadata(find_model(request.name, request.version or None))
+        meta = model_metadata(self.state, find_model(request.name, request.version or None))
         tensors = {key: [pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta[key]] for key in ("inputs", "outputs")}
         return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"], **tensors)
 
     async def ModelConfig(self, request: Any) -> Any:
-        model = config(find_model(request.name, request.version or None))
+        model = model_config(self.state, find_model(request.name, request.version or None))
         return pb.ModelConfigResponse(config=json_format.ParseDict(model, config_pb.ModelConfig()))
 
     async def ModelStatistics(self, request: Any) -> Any:
@@ -104,7 +105,14 @@ class InferenceServicer:
         return pb.RepositoryIndexResponse(models=entries)
 
     async def RepositoryModelLoad(self, request: Any) -> Any:
-        find_model(request.model_name)
+        """As POST /v2/repository/models/{model}/load: a ``config`` parameter sets the model's batching."""
+        op = find_model(request.model_name)
+        params = dict(request.parameters)
+        config = params.pop("config", None)
+        if config is not None and config.WhichOneof("parameter_choice") != "string_param":
+            raise InvalidRequest("the config parameter must be a string (Triton's JSON model configuration)", "config")
+        refuse_load_parameters(params)
+        load(self.state, op, config.string_param if config is not None else None)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any) -> Any:

@@ -17,7 +17,9 @@ from .header_cache import HeaderCache
 from .metrics import Metrics
 
 if TYPE_CHECKING:
+    from ..operators import OperatorDesc
     from ..worker import DeviceWorker
+    from .model_config import Batching
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Runtime:
     v2_headers: HeaderCache[Any]
     worker: DeviceWorker | None = None  # set when the app starts (its lifespan), with the event loop
     grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
+    batching: dict[type[OperatorDesc], Batching] = field(default_factory=dict)  # set by load_model with a config
 
 
 def runtime(connection: HTTPConnection) -> Runtime:

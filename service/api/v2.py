@@ -28,7 +28,8 @@ from .runtime import device_worker, runtime
 from .json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
 from .v2_encoding import choose_encoding, compress, decode_body
-from .v2_models import MODELS, config, find_model, metadata
+from .model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters
+from .v2_models import MODELS, find_model
 from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
@@ -87,13 +88,13 @@ async def server_metadata(request: Request) -> dict[str, Any]:
 
 
 @router.get("/models/{model}", summary="Model metadata")
-async def model_metadata(model: str) -> dict[str, Any]:
-    return metadata(find_model(model))
+async def model_metadata(request: Request, model: str) -> dict[str, Any]:
+    return served_metadata(runtime(request), find_model(model))
 
 
 @router.get("/models/{model}/versions/{version}", summary="Model metadata of one version")
-async def model_version_metadata(model: str, version: str) -> dict[str, Any]:
-    return metadata(find_model(model, version))
+async def model_version_metadata(request: Request, model: str, version: str) -> dict[str, Any]:
+    return served_metadata(runtime(request), find_model(model, version))
 
 
 @router.get("/models/{model}/ready", summary="Model readiness")
@@ -119,13 +120,13 @@ def _model_ready(request: Request, answer: dict[str, Any]) -> JSONResponse:
 
 
 @router.get("/models/{model}/config", summary="Model configuration (Triton's, as perf_analyzer reads it)")
-async def model_config(model: str) -> dict[str, Any]:
-    return config(find_model(model))
+async def model_config(request: Request, model: str) -> dict[str, Any]:
+    return served_config(runtime(request), find_model(model))
 
 
 @router.get("/models/{model}/versions/{version}/config", summary="Model configuration of one version")
-async def model_version_config(model: str, version: str) -> dict[str, Any]:
-    return config(find_model(model, version))
+async def model_version_config(request: Request, model: str, version: str) -> dict[str, Any]:
+    return served_config(runtime(request), find_model(model, version))
 
 
 # -- model repository ---------------------------------------------------------------------------------
@@ -155,9 +156,28 @@ async def repository_index(request: Request) -> list[dict[str, Any]]:
     return [{"name": name, "version": MODEL_VERSION, "state": state, "reason": reason} for name in MODELS]
 
 
-@router.post("/repository/models/{model}/load", summary="Load a model: every model is always loaded")
-async def load_model(model: str) -> Response:
-    find_model(model)
+@router.post("/repository/models/{model}/load", summary="Load a model: every model is always loaded; a config sets its batching")
+async def load_model(request: Request, model: str) -> Response:
+    """Triton's load: no body (or no ``config`` parameter) restores the model's batching; ``parameters.config``
+    (Triton's JSON model configuration, as a string) sets max_batch_size and dynamic_batching, and
+    is refused with 400 if it changes anything else."""
+    op = find_model(model)
+    body = await read_body(request, CONTROL_BODY_BYTES)
+    try:
+        options: Any = load_header(body, CONTROL_BODY_BYTES) if bytes(body).strip() else {}
+    except VkactError:
+        raise
+    except ValueError:  # CodecError: not JSON, nested too deeply
+        options = None
+    params = options.get("parameters", {}) if isinstance(options, dict) else None
+    if not isinstance(params, dict):
+        raise InvalidRequest('the body must be empty or {"parameters": {"config": "<model configuration JSON>"}}', "parameters")
+    params = dict(params)
+    config = params.pop("config", None)
+    if config is not None and not isinstance(config, str):
+        raise InvalidRequest("the config parameter must be a string (Triton's JSON model configuration)", "config")
+    refuse_load_parameters(params)
+    load_config(runtime(request), op, config)
     return Response()
 
 
