@@ -284,7 +284,12 @@ def test_triton_metrics(tc, http):
     assert "# TYPE nv_inference_request_success counter" in after and "nv_inference_request_success_total" not in after
     for name, delta in [("nv_inference_request_success", 2), ("nv_inference_count", 2), ("nv_inference_exec_count", 2), ("nv_inference_request_failure", 1)]:
         assert value(after, name, "softsign") - value(before, name, "softsign") == delta, name
-    for name in ("nv_inference_request_duration_us", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us"):
+    for name in ("nv_inference_request_duration_us", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
+                 "nv_inference_compute_input_duration_us", "nv_inference_compute_output_duration_us"):
         assert value(after, name, "softsign") >= value(before, name, "softsign")
+    # compute_input is the request's time outside its queue and dispatch, as the statistics' span
+    spans = tc.get_inference_statistics("softsign")["model_stats"][0]["inference_stats"]
+    assert abs(value(after, "nv_inference_compute_input_duration_us", "softsign") - spans["compute_input"]["ns"] / 1000) <= 1
+    assert value(after, "nv_inference_compute_input_duration_us", "softsign") > value(before, "nv_inference_compute_input_duration_us", "softsign")
     assert value(after, "nv_inference_pending_request_count", "softsign") == 0
     assert 'vkact_requests_total{code="200",operator="DML_OPERATOR_ACTIVATION_SOFTSIGN"}' in after
