@@ -31,7 +31,7 @@ V2_TO_DML: dict[str, DataType] = {
     "UINT64": DataType.UINT64,
 }
 DML_TO_V2: dict[DataType, str] = {dml: v2 for v2, dml in V2_TO_DML.items()}
-_DML_NAME = re.compile(r"\bDML_(?:TENSOR_DATA_TYPE|OPERATOR)_[A-Z0-9_]+\b")
+_DML_NAME = re.compile(r"\bDML_TENSOR_DATA_TYPE_[A-Z0-9]+\b")
 NOT_TENSOR_TYPES = ("BOOL", "BYTES", "BF16")  # the protocol has them; DirectML's activations do not
 
 #: Model metadata shows one variable dimension; any shape of 1 to 8 dimensions is accepted (the
@@ -39,7 +39,6 @@ NOT_TENSOR_TYPES = ("BOOL", "BYTES", "BF16")  # the protocol has them; DirectML'
 VARIABLE_SHAPE = [-1]
 
 MODELS: dict[str, type[OperatorDesc]] = {short_name(op): op for op in OPERATORS.values()}
-_MODEL_OF = {op.type_name(): name for name, op in MODELS.items()}
 
 
 def param_fields(op: type[OperatorDesc]) -> tuple[str, ...]:
@@ -56,16 +55,12 @@ def datatypes(op: type[OperatorDesc]) -> list[str]:
 
 def oip_names(message: str) -> str:
     """``message`` in the Open Inference Protocol's words, for the /v2 and gRPC answers: DirectML's
-    data type names as the protocol's (DML_TENSOR_DATA_TYPE_INT32 -> INT32), operators as their
-    models (DML_OPERATOR_ACTIVATION_SOFTSIGN -> model 'softsign')."""
+    data type names as the protocol's (DML_TENSOR_DATA_TYPE_INT32 -> INT32)."""
     def name(match: re.Match[str]) -> str:
-        word = match[0]
-        if word in _MODEL_OF:
-            return f"model {_MODEL_OF[word]!r}"
         try:
-            return DML_TO_V2.get(DataType(word), word)
+            return DML_TO_V2.get(DataType(match[0]), match[0])
         except ValueError:
-            return word
+            return match[0]
 
     return _DML_NAME.sub(name, message)
 
