@@ -14,7 +14,7 @@ from ..shared_memory import SharedMemoryRegistry
 from ..slots import SHM_DIR, owner_tag
 from ..supervisor import registry_owner
 from ..worker import DeviceWorker
-from . import errors, health, openapi, statistics, v1, v2, v2_shm
+from . import errors, health, openapi, statistics, v1, v2, v2_settings, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
 from .metrics import Metrics
@@ -60,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v2.router)
     app.include_router(v2_shm.router)
     app.include_router(v2_shm.cuda_router)
+    app.include_router(v2_settings.router)
     app.add_middleware(v2.RequestIdMiddleware)
     openapi.install(app)
 

@@ -32,6 +32,7 @@ from .metrics import MODEL_VERSION
 from .runtime import Runtime
 from .statistics import model_stats
 from .v2 import EXTENSIONS
+from .v2_settings import NO_LOGGING, NO_TRACE_GRPC
 from .model_config import load, model_config, model_metadata, refuse_load_parameters
 from .v2_models import MODELS, find_model
 
@@ -144,6 +145,14 @@ class InferenceServicer:
     async def CudaSharedMemoryUnregister(self, request: Any) -> Any:
         return pb.CudaSharedMemoryUnregisterResponse()
 
+    # -- trace and log settings: as Triton built without them -------------------------------------
+
+    async def TraceSetting(self, request: Any) -> Any:
+        raise RpcError(status_codes.UNAVAILABLE, NO_TRACE_GRPC)
+
+    async def LogSettings(self, request: Any) -> Any:
+        raise RpcError(status_codes.UNAVAILABLE, NO_LOGGING)
+
     # -- inference --------------------------------------------------------------------------------
 
     async def ModelInfer(self, request: Any) -> bytes:
@@ -215,8 +224,8 @@ def streaming(method: Callable[[Any, Send], Awaitable[None]], request_type: Any)
 
 
 def routes(servicer: InferenceServicer, health: HealthServicer) -> dict[str, Route]:
-    """Each :path vkact answers: every GRPCInferenceService method InferenceServicer defines (the others,
-    ModelStreamInfer and the trace/log settings, are UNIMPLEMENTED) and the health service."""
+    """Each :path vkact answers: every GRPCInferenceService method InferenceServicer defines (the other,
+    ModelStreamInfer, is UNIMPLEMENTED) and the health service."""
     table = {}
     for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
         handler = getattr(servicer, method.name, None)

@@ -203,7 +203,7 @@ def test_shared_memory(gc):
         assert region.name not in gc.get_system_shared_memory_status().regions
         assert code_of(lambda: gc.get_system_shared_memory_status(region.name))[0] == "StatusCode.NOT_FOUND"
         status, message = code_of(lambda: gc.infer("celu", [inp]))
-        assert status == "StatusCode.INVALID_ARGUMENT" and "not a registered" in message
+        assert status == "StatusCode.NOT_FOUND" and "not a registered" in message
         status, _ = code_of(lambda: gc.register_system_shared_memory("bad", "/vkact_no_such_object", 64))
         assert status == "StatusCode.INVALID_ARGUMENT"
     finally:
@@ -465,3 +465,21 @@ def test_calls_beyond_the_bound_are_refused_and_the_others_answered():
         asyncio.run(scenario())
     finally:
         stop_server(server)
+
+
+def test_trace_and_log_settings_answer_as_triton_without_them(gc, http):
+    """Triton built without tracing or dynamic logging: UNAVAILABLE over gRPC, 503 over HTTP, with a
+    message that says so (no Retry-After: asking again will not help); neither extension is listed."""
+    for call, text in ((gc.get_trace_settings, "does not support trace"), (lambda: gc.get_trace_settings("relu"), "does not support trace"),
+                       (lambda: gc.update_trace_settings(settings={"trace_rate": "2"}), "does not support trace"),
+                       (gc.get_log_settings, "does not support dynamic logging"),
+                       (lambda: gc.update_log_settings({"log_verbose_level": 1}), "does not support dynamic logging")):
+        status, message = code_of(call)
+        assert status == "StatusCode.UNAVAILABLE" and text in message
+    for method, path, text in (("GET", "/v2/trace/setting", "tracing"), ("POST", "/v2/trace/setting", "tracing"),
+                               ("GET", "/v2/models/relu/trace/setting", "tracing"), ("POST", "/v2/logging", "dynamic logging"),
+                               ("GET", "/v2/logging", "dynamic logging")):
+        answer = http.request(method, path, json={} if method == "POST" else None)
+        assert answer.status_code == 503 and answer.json() == {"error": f"the server does not support {text}"}, answer.text
+        assert "retry-after" not in answer.headers
+    assert not {"trace", "logging"} & set(http.get("/v2").json()["extensions"])
