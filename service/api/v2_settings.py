@@ -18,19 +18,23 @@ def _unsupported(message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=503)
 
 
-@router.api_route("/trace/setting", methods=["GET", "POST"], summary="Trace settings: not supported (as Triton without tracing)",
-                  status_code=503)
+_TRACE = "not supported (as Triton built without tracing)"
+_LOGGING = "not supported (as Triton built without dynamic logging)"
+
+
+@router.get("/trace/setting", summary=f"Trace settings: {_TRACE}", status_code=503)
+@router.post("/trace/setting", summary=f"Update the trace settings: {_TRACE}", status_code=503)
 async def trace_setting() -> JSONResponse:
     return _unsupported(NO_TRACE)
 
 
-@router.api_route("/models/{model}/trace/setting", methods=["GET", "POST"], status_code=503,
-                  summary="A model's trace settings: not supported (as Triton without tracing)")
+@router.get("/models/{model}/trace/setting", summary=f"A model's trace settings: {_TRACE}", status_code=503)
+@router.post("/models/{model}/trace/setting", summary=f"Update a model's trace settings: {_TRACE}", status_code=503)
 async def model_trace_setting(model: str) -> JSONResponse:
     return _unsupported(NO_TRACE)
 
 
-@router.api_route("/logging", methods=["GET", "POST"], summary="Log settings: not supported (as Triton without dynamic logging)",
-                  status_code=503)
+@router.get("/logging", summary=f"Log settings: {_LOGGING}", status_code=503)
+@router.post("/logging", summary=f"Update the log settings: {_LOGGING}", status_code=503)
 async def logging_setting() -> JSONResponse:
     return _unsupported(NO_LOGGING)
