@@ -14,7 +14,7 @@ from ..shared_memory import SharedMemoryRegistry
 from ..slots import SHM_DIR, owner_tag
 from ..supervisor import registry_owner
 from ..worker import DeviceWorker
-from . import errors, health, openapi, statistics, v1, v2, v2_settings, v2_shm
+from . import errors, grpc_descriptors, health, openapi, statistics, v1, v2, v2_settings, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
 from .metrics import Metrics
@@ -56,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(v1.router)
     app.include_router(health.router)
+    app.include_router(grpc_descriptors.router)
     app.include_router(statistics.router)  # before v2's: /v2/models/stats is no model's metadata
     app.include_router(v2.router)
     app.include_router(v2_shm.router)

@@ -483,3 +483,30 @@ def test_trace_and_log_settings_answer_as_triton_without_them(gc, http):
         assert answer.status_code == 503 and answer.json() == {"error": f"the server does not support {text}"}, answer.text
         assert "retry-after" not in answer.headers
     assert not {"trace", "logging"} & set(http.get("/v2").json()["extensions"])
+
+
+def test_the_descriptor_set_lets_a_client_call_without_proto_files(server, http):
+    """GET /grpc/vkact.protoset, as grpcurl -protoset reads it: every service and method vkact serves,
+    and messages built from it alone (no generated module) make working calls."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    answer = http.get("/grpc/vkact.protoset")
+    assert answer.status_code == 200
+    files = descriptor_pb2.FileDescriptorSet.FromString(answer.content)
+    pool = descriptor_pool.DescriptorPool()
+    for f in files.file:  # in dependency order, as grpcurl loads them
+        pool.Add(f)
+    service = pool.FindServiceByName("inference.GRPCInferenceService")
+    assert {"ModelInfer", "ModelReady", "ModelConfig", "ModelStatistics", "RepositoryModelLoad"} <= {m.name for m in service.methods}
+    assert pool.FindServiceByName("grpc.health.v1.Health").methods_by_name["Check"]
+
+    def call(method: str, **fields):
+        m = service.methods_by_name[method]
+        request, reply = message_factory.GetMessageClass(m.input_type), message_factory.GetMessageClass(m.output_type)
+        with grpc.insecure_channel(server.grpc) as channel:
+            return channel.unary_unary(f"/{service.full_name}/{method}", request_serializer=lambda r: r.SerializeToString(),
+                                       response_deserializer=reply.FromString)(request(**fields))
+
+    assert call("ServerMetadata").name == "vkact"
+    assert call("ModelReady", name="relu").ready and not call("ModelReady", name="nope").ready
+    assert call("ModelConfig", name="softmax").config.name == "softmax"  # model_config.proto's messages too
