@@ -155,6 +155,22 @@ def test_typed_contents(stub):
     assert np.frombuffer(stub.ModelInfer(ints).raw_output_contents[0], np.int16).tolist() == expected.tolist()
 
 
+def test_numeric_string_parameters_for_clients_without_double(stub):
+    """KServe's gRPC InferParameter has bool, int64 and string, no double: a fractional parameter goes
+    as its decimal text and is read as the number (README says so)."""
+    x = np.linspace(-3, 3, 12, dtype=np.float32)
+    request = service_pb2.ModelInferRequest(model_name="shrink")
+    request.parameters["Bias"].string_param = "0.5"
+    request.parameters["Threshold"].string_param = "1.25"
+    request.inputs.add(name="InputTensor", datatype="FP32", shape=[12]).contents.fp32_contents.extend(x.tolist())
+    got = np.frombuffer(stub.ModelInfer(request).raw_output_contents[0], np.float32)
+    np.testing.assert_array_equal(got, reference("shrink", {"InputTensor": x}, Bias=0.5, Threshold=1.25))
+    request.parameters["Bias"].string_param = "half"
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "parameters.Bias" in info.value.details()
+
+
 def test_large_tensor(gc):
     """16 MiB each way: over gRPC's 4 MiB default receive limit, within the service's body limit."""
     x = np.random.default_rng(3).standard_normal(4 << 20).astype(np.float32)
