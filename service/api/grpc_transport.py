@@ -48,7 +48,12 @@ _PROBLEMS = {  # h2grpc's reason for a body that is not one whole message
     "too-large": (RESOURCE_EXHAUSTED, "the request message is larger than the server accepts ({limit} bytes)"),
     "extra": (INVALID_ARGUMENT, "a unary request carries more than one message"),
     "incomplete": (INTERNAL, "the request stream ended inside its message"),
+    "over-budget": (RESOURCE_EXHAUSTED, "the server holds as many partially received request bytes as it may; retry later"),
 }
+#: grpc-message's length before percent-encoding: an error that echoes the client's input (a 70,000-byte
+#: service name) is elided to this, so its trailer fits grpc-core's 8-16 KiB metadata limit (h2grpc
+#: cuts any grpc-message at 4,096 bytes besides).
+MAX_STATUS_MESSAGE = 1024
 _TIMEOUT = re.compile(rb"(\d{1,8})([HMSmun])")
 _UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
@@ -62,6 +67,14 @@ def deadline_seconds(value: bytes) -> float | None:
 def percent_encoded(message: str) -> bytes:
     """grpc-message's encoding: UTF-8, with '%' and bytes outside printable ASCII as %XX."""
     return b"".join(bytes([b]) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in message.encode("utf-8", "replace"))
+
+
+def status_text(message: str) -> str:
+    """``message`` within MAX_STATUS_MESSAGE characters: its middle (where an echoed input sits) elided."""
+    if len(message) <= MAX_STATUS_MESSAGE:
+        return message
+    head, tail = MAX_STATUS_MESSAGE // 2, MAX_STATUS_MESSAGE // 4
+    return f"{message[:head]} ... ({len(message) - head - tail} characters elided) ... {message[-tail:]}"
 
 
 class GrpcTransport:
@@ -130,8 +143,8 @@ class _Connection(asyncio.Protocol):
             return
         try:
             events = session.receive(data)
-        except h2grpc.H2Error as exc:  # nghttp2 has queued its GOAWAY: send it, then close
-            log.debug("gRPC connection closed: %s", exc)
+        except (h2grpc.H2Error, MemoryError) as exc:  # nghttp2 has queued its GOAWAY: send it, then close
+            log.debug("gRPC connection closed: %r", exc)
             self.flush()
             self.close()
             return
@@ -220,7 +233,7 @@ class _Connection(asyncio.Protocol):
 
     def finish(self, stream_id: int, code: int, message: str) -> None:
         if self.session is not None:
-            self.session.finish(stream_id, code, percent_encoded(message) if message else b"")
+            self.session.finish(stream_id, code, percent_encoded(status_text(message)) if message else b"")
 
     def flush(self) -> None:
         session, transport = self.session, self.transport
