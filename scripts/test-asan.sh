@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The gRPC tests (tests/service/test_grpc*.py, or the pytest arguments given) against the AddressSanitizer +
 # UBSan build of service/native (scripts/build-native.sh --sanitize): the ASan runtime preloaded into the
-# test process and every service process it starts (they inherit the environment), Python's allocator
+# test process and every service process it starts (not into other programs), Python's allocator
 # off (PYTHONMALLOC=malloc) so ASan sees every object's memory. A sanitizer report aborts the process it
 # happens in (exit code 86 for the pytest process), and the run fails on any report in its output.
 # Leaks: LeakSanitizer is off here (third-party extensions' allocations kept until exit, orjson,
@@ -21,7 +21,8 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$LOG"
 export PYTHONMALLOC=malloc
 (($#)) || set -- tests/service/test_grpc*.py
 status=0
-LD_PRELOAD=$RUNTIME "$PY" -m pytest -q -p no:cacheprovider "$@" || status=$?
+# VKACT_ASAN_RUNTIME: tests/service/conftest.py hands the runtime on to the service processes only
+VKACT_ASAN_RUNTIME=$RUNTIME LD_PRELOAD=$RUNTIME "$PY" -m pytest -q -p no:cacheprovider "$@" || status=$?
 if compgen -G "$LOG*" >/dev/null; then
   cat "$LOG"* >&2
   echo "test-asan.sh: sanitizer reports above" >&2

@@ -4,6 +4,7 @@ sent); memory follows the bytes that arrived (a 5-byte prefix announcing 256 MiB
 POST without content-type is refused with 415. Also the Session itself, driven without a socket."""
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import h2.config
@@ -13,10 +14,10 @@ import httpx
 import numpy as np
 from grpc_health.v1 import health_pb2
 
-from service.api.grpc_transport import MAX_STATUS_MESSAGE, status_text
+from service.api.grpc_transport import INTERNAL, MAX_STATUS_MESSAGE, RESOURCE_EXHAUSTED, GrpcTransport, Route, status_text
 from service.native import h2grpc
 from tests.service.conftest import start_server, stop_server
-from tests.service.h2_client import PREFACE, H2Client, frame, framed, literal_headers
+from tests.service.h2_client import PREFACE, Answer, H2Client, frame, framed, literal_headers
 from tests.service.test_grpc_transport import INFER, assert_serving, relu_request
 
 CHECK = "/grpc.health.v1.Health/Check"
@@ -209,3 +210,53 @@ def test_session_refuses_what_its_room_cannot_hold():
     assert events[big][2] is None and events[big][4] == "over-budget"
     assert events[small][2] == b"\3" * 1000
     assert pair.session.buffered == 0
+
+
+class _Budget:
+    """A process's bytes in flight as grpc_transport.Budget describes it (the HTTP side's own lives elsewhere)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held, self.peak = limit, 0, 0
+
+    def try_reserve(self, nbytes: int) -> bool:
+        if self.held + nbytes > self.limit:
+            return False
+        self.held += nbytes
+        self.peak = max(self.peak, self.held)
+        return True
+
+    def release(self, nbytes: int) -> None:
+        self.held -= nbytes
+
+
+def test_partial_messages_are_charged_to_the_process_budget():
+    """A transport with a 256 KiB budget: a 1 MiB message is refused RESOURCE_EXHAUSTED (it could only be
+    held past the budget), one that fits is answered; the budget held what arrived, never more than its
+    limit, and has everything back once the connection closes."""
+    budget = _Budget(256 << 10)
+
+    async def echo(message: bytes) -> bytes:
+        return message[:16]
+
+    async def scenario() -> None:
+        transport = GrpcTransport({"/echo": Route(unary=echo)}, lambda exc: (INTERNAL, str(exc)), max_message=4 << 20,
+                                  max_calls=8, max_connections=8, budget=budget)
+        await transport.start("127.0.0.1", 0, reuse_port=False)
+
+        def client() -> tuple[Answer, Answer]:
+            with H2Client(f"127.0.0.1:{transport.port}") as c:
+                return c.call("/echo", b"\1" * (1 << 20)), c.call("/echo", b"\2" * (100 << 10))
+
+        try:
+            big, fits = await asyncio.to_thread(client)
+            for _ in range(100):  # until the server has seen the close (its own time)
+                if not transport.connections:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await transport.stop(grace=1)
+        assert big.status == str(RESOURCE_EXHAUSTED) and "retry later" in big.message, big
+        assert fits.status == "0" and fits.body == framed(b"\2" * 16), fits
+        assert 0 < budget.peak <= budget.limit and budget.held == 0, (budget.peak, budget.held)
+
+    asyncio.run(scenario())
