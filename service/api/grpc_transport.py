@@ -11,8 +11,10 @@ Failures become grpc-status and grpc-message through ``error_status``; the clien
 Bounds: ``max_calls`` calls at once over all connections (RESOURCE_EXHAUSTED beyond, as grpcio's
 maximum_concurrent_rpcs), ``max_connections`` connections (closed at once beyond), ``max_streams``
 streams per connection (HTTP/2 SETTINGS: the client queues beyond), ``max_message`` bytes a message
-(RESOURCE_EXHAUSTED beyond, without buffering it), and a connection stops being read while its
-answers wait for the client to read them."""
+(RESOURCE_EXHAUSTED beyond, without buffering it), the bytes partial messages hold within ``budget``
+(the process's bytes in flight, when given: RESOURCE_EXHAUSTED for a message that would pass it), and
+a connection stops being read while its answers wait for the client to read them. A message's memory
+follows the bytes that arrived (h2grpc grows it as DATA comes), never what its prefix announces."""
 from __future__ import annotations
 
 import asyncio
@@ -23,6 +25,7 @@ import socket
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..native import h2grpc
 
@@ -41,6 +44,17 @@ class Route:
     streaming: Callable[[bytes, Send], Awaitable[None]] | None = None
 
 
+class Budget(Protocol):
+    """Bytes in flight of one process (the HTTP side's bodies and inflation share it): ``limit`` and
+    ``held`` bytes; ``try_reserve(n)`` takes n if they fit (False: nothing taken); ``release(n)``."""
+    limit: int
+    held: int
+
+    def try_reserve(self, nbytes: int) -> bool: ...
+
+    def release(self, nbytes: int) -> None: ...
+
+
 #: ``error_status(exc)`` -> (gRPC status code, message) for a call that raised.
 ErrorStatus = Callable[[BaseException], tuple[int, str]]
 
@@ -48,7 +62,12 @@ _PROBLEMS = {  # h2grpc's reason for a body that is not one whole message
     "too-large": (RESOURCE_EXHAUSTED, "the request message is larger than the server accepts ({limit} bytes)"),
     "extra": (INVALID_ARGUMENT, "a unary request carries more than one message"),
     "incomplete": (INTERNAL, "the request stream ended inside its message"),
+    "over-budget": (RESOURCE_EXHAUSTED, "the server holds as many partially received request bytes as it may; retry later"),
 }
+#: grpc-message's length before percent-encoding: an error that echoes the client's input (a 70,000-byte
+#: service name) is elided to this, so its trailer fits grpc-core's 8-16 KiB metadata limit (h2grpc
+#: cuts any grpc-message at 4,096 bytes besides).
+MAX_STATUS_MESSAGE = 1024
 _TIMEOUT = re.compile(rb"(\d{1,8})([HMSmun])")
 _UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
@@ -64,10 +83,19 @@ def percent_encoded(message: str) -> bytes:
     return b"".join(bytes([b]) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in message.encode("utf-8", "replace"))
 
 
+def status_text(message: str) -> str:
+    """``message`` within MAX_STATUS_MESSAGE characters: its middle (where an echoed input sits) elided."""
+    if len(message) <= MAX_STATUS_MESSAGE:
+        return message
+    head, tail = MAX_STATUS_MESSAGE // 2, MAX_STATUS_MESSAGE // 4
+    return f"{message[:head]} ... ({len(message) - head - tail} characters elided) ... {message[-tail:]}"
+
+
 class GrpcTransport:
     def __init__(self, routes: dict[str, Route], error_status: ErrorStatus, *, max_message: int, max_calls: int,
-                 max_connections: int, max_streams: int = 128, window: int = 4 << 20) -> None:
+                 max_connections: int, max_streams: int = 128, window: int = 4 << 20, budget: Budget | None = None) -> None:
         self.routes = {path.encode(): route for path, route in routes.items()}
+        self.budget = budget
         self.error_status = error_status
         self.max_message, self.max_calls, self.max_connections = max_message, max_calls, max_connections
         self.max_streams, self.window = max_streams, window
@@ -108,6 +136,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.calls: dict[int, asyncio.Task] = {}
         self.expired: set[int] = set()  # calls their deadline cancelled: answered DEADLINE_EXCEEDED
+        self.reserved = 0  # bytes of the budget this connection's partial messages hold (session.buffered)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -128,13 +157,19 @@ class _Connection(asyncio.Protocol):
         session = self.session
         if session is None:
             return
+        budget = self.server.budget
+        if budget is not None:  # partial messages may grow into what the process has left
+            session.room = self.reserved + max(0, budget.limit - budget.held)
         try:
             events = session.receive(data)
-        except h2grpc.H2Error as exc:  # nghttp2 has queued its GOAWAY: send it, then close
-            log.debug("gRPC connection closed: %s", exc)
+        except (h2grpc.H2Error, MemoryError) as exc:  # nghttp2 has queued its GOAWAY: send it, then close
+            log.debug("gRPC connection closed: %r", exc)
             self.flush()
             self.close()
             return
+        finally:
+            if budget is not None:
+                self._charge(budget, session.buffered)
         for stream_id, route, message, timeout, encoding in events:
             if route is None:  # the client reset a call in progress
                 task = self.calls.pop(stream_id, None)
@@ -162,8 +197,18 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
+    def _charge(self, budget: Budget, buffered: int) -> None:
+        """The budget holds what the partial messages hold now (messages handed to calls left it)."""
+        delta, self.reserved = buffered - self.reserved, buffered
+        if delta < 0:
+            budget.release(-delta)
+        elif delta and not budget.try_reserve(delta):
+            budget.release(-delta)  # within the room set before the read; a thread took some since: count it anyway
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        if self.server.budget is not None:
+            self._charge(self.server.budget, 0)
         for task in self.calls.values():
             task.cancel()
         self.calls.clear()
@@ -220,7 +265,7 @@ class _Connection(asyncio.Protocol):
 
     def finish(self, stream_id: int, code: int, message: str) -> None:
         if self.session is not None:
-            self.session.finish(stream_id, code, percent_encoded(message) if message else b"")
+            self.session.finish(stream_id, code, percent_encoded(status_text(message)) if message else b"")
 
     def flush(self) -> None:
         session, transport = self.session, self.transport

@@ -14,6 +14,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# make test-asan (scripts/test-asan.sh) preloads the ASan runtime into this process: it goes on to the
+# service processes started here and to no other program (pgrep deadlocks under it, in textdomain).
+ASAN_RUNTIME = os.environ.get("VKACT_ASAN_RUNTIME", "")
+if ASAN_RUNTIME:
+    os.environ.pop("LD_PRELOAD", None)
+
 
 @dataclass
 class Server:
@@ -37,6 +43,8 @@ def start_server(wrap: tuple[str, ...] = (), supervised: bool = False, **setting
     port = free_port()
     settings.setdefault("grpc_port", free_port())  # never the default 8001: servers of parallel runs would share it
     env = {**os.environ, **{f"VKACT_{k.upper()}": str(v) for k, v in settings.items()}}
+    if ASAN_RUNTIME:
+        env["LD_PRELOAD"] = ASAN_RUNTIME
     proc = subprocess.Popen(
         [*wrap, sys.executable, "-m", "service", "--port", str(port), "--log-level", "warning", *([] if supervised else ["--no-supervise"])],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
