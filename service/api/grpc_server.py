@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from google.protobuf import json_format
@@ -27,7 +27,7 @@ from . import grpc_transport as status_codes
 from .errors import count_error, protocol_error
 from .grpc_infer import model_infer
 from .grpc_messages import config_pb, pb
-from .grpc_transport import GrpcTransport, Route, RpcError, Send
+from .grpc_transport import GrpcTransport, Route, RpcError, Send, status_text
 from .metrics import MODEL_VERSION
 from .runtime import Runtime
 from .statistics import model_stats
@@ -52,6 +52,7 @@ CODES = {
 SERVICE_NAME = "inference.GRPCInferenceService"
 HEALTH_SERVICE_NAME = "grpc.health.v1.Health"
 HEALTH_POLL_S = 1.0  # how soon health Watch streams see readiness change (Check is always current)
+STREAM_IN_FLIGHT = 128  # requests of one ModelStreamInfer running at once; beyond, each is answered with an error
 
 
 class InferenceServicer:
@@ -155,6 +156,40 @@ class InferenceServicer:
 
     # -- inference --------------------------------------------------------------------------------
 
+    async def ModelStreamInfer(self, requests: AsyncIterator[bytes], send: Send) -> None:
+        """Triton's bidirectional stream: each request runs as a ModelInfer (the same path, counted the
+        same) as soon as it arrives, and its answer is sent when it completes (order of completion),
+        each with its request's id; a request's failure is its response's error_message, and the stream
+        goes on. The call ends, OK, once the client has sent its last request and every answer is out."""
+        running: set[asyncio.Task] = set()
+        try:
+            async for data in requests:
+                if len(running) >= STREAM_IN_FLIGHT:
+                    send(stream_response(error=f"more than {STREAM_IN_FLIGHT} requests of this stream in flight: wait for answers"))
+                    continue
+                task = asyncio.ensure_future(self._stream_one(data, send))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:
+                await asyncio.wait(running)
+        finally:  # the client reset the stream or its deadline passed: its requests go with it
+            for task in running:
+                task.cancel()
+
+    async def _stream_one(self, data: bytes, send: Send) -> None:
+        try:
+            request = pb.ModelInferRequest.FromString(data)
+        except DecodeError:
+            send(stream_response(error="the request is not a inference.ModelInferRequest message"))
+            return
+        try:
+            answer = await self.ModelInfer(request)
+        except RpcError as exc:
+            ids = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
+            send(stream_response(error=exc.message, answer=ids.SerializeToString()))
+        else:
+            send(stream_response(answer=answer))
+
     async def ModelInfer(self, request: Any) -> bytes:
         started = time.perf_counter()
         operator = "-"  # failures count against the model once it is known, as on /v2
@@ -198,6 +233,26 @@ class HealthServicer:
             await asyncio.sleep(HEALTH_POLL_S)
 
 
+def stream_response(error: str = "", answer: bytes = b"") -> bytes:
+    """A ModelStreamInferResponse's bytes, the ModelInferResponse already serialized: error_message is
+    field 1, infer_response field 2 (both length-delimited), written as protobuf writes them."""
+    text = status_text(error).encode()
+    return (_field(1, text) if text else b"") + _field(2, answer)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return bytes([number << 3 | 2]) + _varint(len(payload)) + payload
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def unary(method: Callable[[Any], Awaitable[Any]], request_type: Any) -> Route:
     parse = request_type.FromString
 
@@ -224,13 +279,13 @@ def streaming(method: Callable[[Any, Send], Awaitable[None]], request_type: Any)
 
 
 def routes(servicer: InferenceServicer, health: HealthServicer) -> dict[str, Route]:
-    """Each :path vkact answers: every GRPCInferenceService method InferenceServicer defines (the other,
-    ModelStreamInfer, is UNIMPLEMENTED) and the health service."""
+    """Each :path vkact answers: every GRPCInferenceService method (ModelStreamInfer bidirectional, the
+    others unary) and the health service."""
     table = {}
     for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
-        handler = getattr(servicer, method.name, None)
-        if handler is not None:
-            table[f"/{SERVICE_NAME}/{method.name}"] = unary(handler, getattr(pb, method.input_type.name))
+        handler = getattr(servicer, method.name)
+        path = f"/{SERVICE_NAME}/{method.name}"
+        table[path] = Route(bidi=handler) if method.client_streaming else unary(handler, getattr(pb, method.input_type.name))
     table[f"/{HEALTH_SERVICE_NAME}/Check"] = unary(health.Check, health_pb2.HealthCheckRequest)
     table[f"/{HEALTH_SERVICE_NAME}/Watch"] = streaming(health.Watch, health_pb2.HealthCheckRequest)
     return table

@@ -4,7 +4,9 @@ h2grpc.c), calls in Python. grpcio's asyncio server spent ~80% of vkact's gRPC C
 one ``receive``, one task and one ``reply``.
 
 A route is the answer to one ``:path``: ``unary`` maps the request message's bytes to the answer's bytes;
-``streaming`` gets the request's bytes and a ``send`` for each answer message (grpc.health.v1 Watch).
+``streaming`` gets the request's bytes and a ``send`` for each answer message (grpc.health.v1 Watch);
+``bidi`` gets the request messages as they arrive (an async iterator that ends with the client's half
+of the stream) and a ``send`` (ModelStreamInfer): h2grpc hands over each message as it completes.
 Failures become grpc-status and grpc-message through ``error_status``; the client's deadline
 (grpc-timeout) cancels the call with DEADLINE_EXCEEDED, a client's reset cancels it silently.
 
@@ -23,7 +25,7 @@ import logging
 import re
 import socket
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +44,7 @@ Send = Callable[[bytes], None]
 class Route:
     unary: Callable[[bytes], Awaitable[bytes]] | None = None
     streaming: Callable[[bytes, Send], Awaitable[None]] | None = None
+    bidi: Callable[[AsyncIterator[bytes], Send], Awaitable[None]] | None = None  # read by h2grpc
 
 
 class Budget(Protocol):
@@ -137,6 +140,7 @@ class _Connection(asyncio.Protocol):
         self.calls: dict[int, asyncio.Task] = {}
         self.expired: set[int] = set()  # calls their deadline cancelled: answered DEADLINE_EXCEEDED
         self.reserved = 0  # bytes of the budget this connection's partial messages hold (session.buffered)
+        self.requests: dict[int, asyncio.Queue] = {}  # a bidi call's messages not yet read (None: the end)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -175,19 +179,47 @@ class _Connection(asyncio.Protocol):
                 task = self.calls.pop(stream_id, None)
                 if task is not None:
                     task.cancel()
+            elif route.bidi is not None and (message is not None or encoding == "end"):
+                self._stream_message(stream_id, route, message, timeout, encoding)
             elif message is None:
+                task = self.calls.get(stream_id)  # a bidi call under way: its stream ends here
+                if task is not None:
+                    task.cancel()
                 code, text = _PROBLEMS.get(encoding, (INTERNAL, "malformed request stream"))
                 self.finish(stream_id, code, text.format(limit=self.server.max_message))
-            elif self.server.calls >= self.server.max_calls:
-                self.finish(stream_id, RESOURCE_EXHAUSTED, f"more than {self.server.max_calls} calls at once (VKACT_MAX_CONNECTIONS)")
             else:
-                self.server.calls += 1
-                task = self.loop.create_task(self._call(stream_id, route, message, timeout, encoding))
-                # the bookkeeping in a done callback: a task cancelled before its first step (a request
-                # and its reset in one read) never runs its coroutine's finally
-                task.add_done_callback(functools.partial(self._ended, stream_id))
-                self.calls[stream_id] = task
+                self._start(stream_id, route, message, timeout, encoding)
         self.flush()
+
+    def _start(self, stream_id: int, route: Route, message: bytes | None, timeout: bytes | None, encoding: bytes | None) -> bool:
+        if self.server.calls >= self.server.max_calls:
+            self.finish(stream_id, RESOURCE_EXHAUSTED, f"more than {self.server.max_calls} calls at once (VKACT_MAX_CONNECTIONS)")
+            return False
+        self.server.calls += 1
+        task = self.loop.create_task(self._call(stream_id, route, message, timeout, encoding))
+        # the bookkeeping in a done callback: a task cancelled before its first step (a request
+        # and its reset in one read) never runs its coroutine's finally
+        task.add_done_callback(functools.partial(self._ended, stream_id))
+        self.calls[stream_id] = task
+        return True
+
+    def _stream_message(self, stream_id: int, route: Route, message: bytes | None, timeout: bytes | None, encoding: object) -> None:
+        """A bidi call's message (None: the client's end of its requests); the first one starts the call."""
+        requests = self.requests.get(stream_id)
+        if requests is None:
+            requests = asyncio.Queue()
+            if not self._start(stream_id, route, None, timeout, None):
+                return
+            self.requests[stream_id] = requests
+        requests.put_nowait(None if message is None else (message, encoding))
+
+    async def _messages(self, stream_id: int) -> AsyncIterator[bytes]:
+        requests = self.requests[stream_id]
+        while (item := await requests.get()) is not None:
+            message, encoding = item
+            if encoding is not None:  # inflating up to max_message bytes: off the event loop
+                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message)
+            yield message
 
     def pause_writing(self) -> None:  # answers wait for the client: read no more requests meanwhile
         if self.transport is not None:
@@ -216,10 +248,11 @@ class _Connection(asyncio.Protocol):
 
     # -- calls ----------------------------------------------------------------------------------
 
-    async def _call(self, stream_id: int, route: Route, message: bytes, timeout: bytes | None, encoding: bytes | None) -> None:
+    async def _call(self, stream_id: int, route: Route, message: bytes | None, timeout: bytes | None, encoding: bytes | None) -> None:
         deadline = None
         try:
             if encoding is not None:  # inflating up to max_message bytes: off the event loop
+                assert message is not None
                 message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message)
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
@@ -230,6 +263,9 @@ class _Connection(asyncio.Protocol):
                 answer = await route.unary(message)
                 if self.session is not None:
                     self.session.reply(stream_id, answer)
+            elif route.bidi is not None:
+                await route.bidi(self._messages(stream_id), lambda m: self._send(stream_id, m))
+                self.finish(stream_id, OK, "")
             else:
                 assert route.streaming is not None
                 await route.streaming(message, lambda m: self._send(stream_id, m))
@@ -250,6 +286,7 @@ class _Connection(asyncio.Protocol):
         if self.calls.get(stream_id) is task:
             del self.calls[stream_id]
         self.expired.discard(stream_id)
+        self.requests.pop(stream_id, None)
         self.flush()
 
     def _expire(self, stream_id: int) -> None:

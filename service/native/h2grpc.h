@@ -28,6 +28,8 @@ typedef struct Stream {
     int over_budget;           /* growing it would pass the session's room, or the allocation failed */
     int dispatched;            /* handed to Python: its close before an answer is a cancellation */
     int refused;               /* answered here when its headers came (not a call vkact serves) */
+    int bidi;                  /* its route streams requests (route.bidi): each message is an event as
+                                * it completes, and the end of the request stream one more */
     /* the answer: messages queued by send(), then the trailer once finished */
     PyObject *queue;           /* list of bytes */
     Py_ssize_t q_index;        /* the message being sent */

@@ -1,6 +1,8 @@
 /* A request stream as the client sends it: nghttp2's callbacks build each Stream (its route by :path,
  * its headers, its one message read straight into a bytes object) and hand a finished one to Python
- * through the events list of the receive() in progress. */
+ * through the events list of the receive() in progress. A streaming route's stream (route.bidi set)
+ * hands over each message as it completes, then its end ("end"), so answers can go while the client
+ * still sends. */
 #include "h2grpc.h"
 
 /* A partial message's bytes given up (or handed to Python): no longer the session's to count. */
@@ -55,6 +57,15 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         if (route == NULL && PyErr_Occurred()) goto failed;
         Py_XINCREF(route);
         Py_XSETREF(s->route, route);
+        s->bidi = 0;
+        if (route != NULL) {
+            PyObject *bidi = PyObject_GetAttrString(route, "bidi");
+            if (bidi == NULL) PyErr_Clear();  /* a route without the attribute is unary */
+            else {
+                s->bidi = bidi != Py_None;
+                Py_DECREF(bidi);
+            }
+        }
     } else if (IS(":method")) {
         s->not_post = !(valuelen == 4 && memcmp(value, "POST", 4) == 0);
     } else if (IS("content-type")) {
@@ -97,11 +108,21 @@ static int grow(Session *self, Stream *s, size_t more) {
     return 0;
 }
 
+static int emit(Session *self, Stream *s, const char *problem);
+
+/* A streaming route's message, complete: handed to Python, the stream ready for the next one. */
+static int message_complete(Session *self, Stream *s) {
+    if (emit(self, s, NULL) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    s->prefix_len = 0;
+    s->body_len = s->body_need = 0;
+    return 0;
+}
+
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
                          void *user_data) {
     Session *self = user_data;
     Stream *s = nghttp2_session_get_stream_user_data(session, id);
-    if (s == NULL || s->too_large || s->extra || s->refused || s->over_budget) return 0;
+    if (s == NULL || s->too_large || s->extra || s->refused || s->over_budget || (s->bidi && s->finished)) return 0;
     while (len) {
         if (s->prefix_len < 5) {
             size_t n = 5 - s->prefix_len < len ? 5 - s->prefix_len : len;
@@ -113,9 +134,10 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
             s->body_need = ((size_t)s->prefix[1] << 24) | ((size_t)s->prefix[2] << 16) |
                            ((size_t)s->prefix[3] << 8) | s->prefix[4];
             if (s->body_need > self->max_message) {
-                s->too_large = 1;
-                return 0;
+                s->too_large = 1;  /* a streaming call is answered now, not at the end of a stream that may never end */
+                return s->bidi && emit(self, s, "too-large") < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
             }
+            if (s->bidi && s->body_need == 0 && message_complete(self, s) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
             continue;
         }
         if (s->body_len == s->body_need) {  /* a second message on a unary request */
@@ -123,11 +145,12 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
             return 0;
         }
         size_t n = s->body_need - s->body_len < len ? s->body_need - s->body_len : len;
-        if (grow(self, s, n) < 0) return 0;
+        if (grow(self, s, n) < 0) return s->bidi && emit(self, s, "over-budget") < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
         memcpy(PyBytes_AS_STRING(s->body) + s->body_len, data, n);
         s->body_len += n;
         data += n;
         len -= n;
+        if (s->bidi && s->body_len == s->body_need && message_complete(self, s) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
     return 0;
 }
@@ -145,16 +168,17 @@ static int refuse(Session *self, Stream *s) {
     return submit_trailers_only(self, s->id, 12, unimplemented, sizeof unimplemented - 1);
 }
 
-/* A request stream the client has finished: handed to Python through the events list. */
-static int request_complete(Session *self, Stream *s) {
-    const char *problem = NULL;
-    if (s->too_large) problem = "too-large";
-    else if (s->over_budget) problem = "over-budget";
-    else if (s->extra) problem = "extra";
-    else if (s->prefix_len < 5 || s->body_len != s->body_need) problem = "incomplete";
-    else if (s->body == NULL && (s->body = PyBytes_FromStringAndSize("", 0)) == NULL) {  /* an empty message */
+/* The stream's message (problem NULL) or its problem's name handed to Python through the events
+ * list: 0, or -1 with callback_error set. */
+static int emit(Session *self, Stream *s, const char *problem) {
+    if (self->events == NULL) {  /* only receive() feeds nghttp2: never without its list */
+        PyErr_SetString(PyExc_RuntimeError, "h2grpc: a request event outside receive()");
         self->callback_error = 1;
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return -1;
+    }
+    if (problem == NULL && s->body == NULL && (s->body = PyBytes_FromStringAndSize("", 0)) == NULL) {  /* an empty message */
+        self->callback_error = 1;
+        return -1;
     }
     PyObject *id = PyLong_FromLong(s->id);
     /* the last field: the problem's name, or for a compressed message its grpc-encoding (b"": none sent) */
@@ -168,7 +192,7 @@ static int request_complete(Session *self, Stream *s) {
     if (event == NULL || PyList_Append(self->events, event) < 0) {
         Py_XDECREF(event);
         self->callback_error = 1;
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return -1;
     }
     Py_DECREF(event);
     release_body(self, s);  /* Python holds the message now */
@@ -176,11 +200,23 @@ static int request_complete(Session *self, Stream *s) {
     return 0;
 }
 
+/* A request stream the client has finished: its one message (a streaming route's: its end, "end"), or
+ * what is wrong with it. */
+static int request_complete(Session *self, Stream *s) {
+    const char *problem = NULL;
+    if (s->too_large) problem = "too-large";
+    else if (s->over_budget) problem = "over-budget";
+    else if (s->extra) problem = "extra";
+    else if (s->bidi ? s->prefix_len != 0 : s->prefix_len < 5 || s->body_len != s->body_need) problem = "incomplete";
+    else if (s->bidi) problem = "end";
+    return emit(self, s, problem) < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+}
+
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
     Session *self = user_data;
     if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) return 0;
     Stream *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-    if (s == NULL || s->dispatched || s->refused) return 0;
+    if (s == NULL || (s->dispatched && !s->bidi) || s->refused || (s->bidi && s->finished)) return 0;
     int rv = 0;
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST &&
         (s->route == NULL || s->not_post || s->not_grpc))

@@ -64,8 +64,8 @@ def test_grpc_timeout_and_message_encodings():
 
 
 def test_unknown_methods_are_unimplemented_without_waiting_for_the_stream(channel):
-    """A bidirectional stream of a method vkact does not serve (ModelStreamInfer) is refused as soon as
-    its headers arrive: the client, still sending, is not left waiting for its own end of stream."""
+    """A bidirectional stream of a method vkact does not serve is refused as soon as its headers arrive:
+    the client, still sending, is not left waiting for its own end of stream."""
     with pytest.raises(grpc.RpcError) as info:
         channel.unary_unary("/no.such.Service/Method")(b"", timeout=10)
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
@@ -75,7 +75,7 @@ def test_unknown_methods_are_unimplemented_without_waiting_for_the_stream(channe
         while (item := pending.get()) is not None:
             yield item
 
-    call = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")(requests(), timeout=30)
+    call = channel.stream_stream("/inference.GRPCInferenceService/NoSuchStream")(requests(), timeout=30)
     try:
         with pytest.raises(grpc.RpcError) as info:
             next(call)

@@ -1,0 +1,135 @@
+"""ModelStreamInfer, Triton's bidirectional stream, through tritonclient.grpc unchanged (sync start_stream
+and the asyncio stream_infer): one response per request, each with its id, results against numpy; a
+request's failure is its response's error_message and the stream goes on; the stream's requests are
+counted as ModelInfer's; a client that leaves mid-stream leaves the service serving."""
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as tg
+import tritonclient.grpc.aio as tg_aio
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from tests.service.test_v2 import reference
+from tests.service.test_v2_errors import assert_still_serving
+
+MODEL = "scaled_elu"  # its statistics move only in this module
+
+
+def request_for(k: int) -> tuple[np.ndarray, list[tg.InferInput]]:
+    x = np.random.default_rng(k).standard_normal(64 + k).astype(np.float32)
+    return x, [tg.InferInput("InputTensor", list(x.shape), "FP32").set_data_from_numpy(x)]
+
+
+def test_sync_stream_answers_every_request_by_id(server, http):
+    """As perf_analyzer --streaming drives it: requests sent one after another without waiting, each
+    with its own id, matched to their responses by id; an unknown model in the middle fails alone."""
+    answers: queue.Queue = queue.Queue()
+    client = tg.InferenceServerClient(server.grpc)
+    sent = {}
+    before = client.get_inference_statistics(MODEL).model_stats[0].inference_stats.success.count
+    try:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for k in range(40):
+            x, inputs = request_for(k)
+            sent[str(k)] = x
+            client.async_stream_infer(MODEL, inputs, request_id=str(k), parameters={"Alpha": 1.5})
+            if k == 20:
+                client.async_stream_infer("nope", inputs, request_id="bad")
+        got, errors = {}, []
+        for _ in range(41):
+            result, error = answers.get(timeout=60)
+            if error is not None:
+                errors.append(error)
+                continue
+            response = result.get_response()
+            got[response.id] = result.as_numpy("OutputTensor")
+            assert response.model_name == MODEL and response.model_version == "1"
+    finally:
+        client.stop_stream()
+        client.close()
+    assert [e.message() for e in errors] == [errors[0].message()] and "unknown model 'nope'" in errors[0].message()
+    assert set(got) == set(sent)
+    for key, x in sent.items():
+        np.testing.assert_allclose(got[key], reference(MODEL, {"InputTensor": x}, Alpha=1.5), rtol=1e-5, atol=1e-6)
+    with tg.InferenceServerClient(server.grpc) as after:
+        assert after.get_inference_statistics(MODEL).model_stats[0].inference_stats.success.count - before == 40
+    assert_still_serving(http)
+
+
+def test_aio_stream(server):
+    async def run() -> dict[str, np.ndarray]:
+        sent: dict[str, np.ndarray] = {}
+
+        async def requests():
+            for k in range(16):
+                x = np.linspace(-3, 3, 8 + k, dtype=np.float32)
+                sent[f"r{k}"] = x
+                inp = tg_aio.InferInput("InputTensor", list(x.shape), "FP32").set_data_from_numpy(x)
+                yield {"model_name": MODEL, "inputs": [inp], "request_id": f"r{k}"}
+                await asyncio.sleep(0)
+
+        got = {}
+        async with tg_aio.InferenceServerClient(server.grpc) as client:
+            async for result, error in client.stream_infer(requests()):
+                assert error is None, error
+                got[result.get_response().id] = result.as_numpy("OutputTensor")
+        assert set(got) == set(sent)
+        for key, x in sent.items():
+            np.testing.assert_allclose(got[key], reference(MODEL, {"InputTensor": x}), rtol=1e-5, atol=1e-6)
+        return got
+
+    assert len(asyncio.run(run())) == 16
+
+
+def test_raw_stream_errors_and_half_close(server):
+    """On the raw stub: a malformed message and a bad tensor are answered in the stream (the bad one
+    with its id), the stream ends OK once the client has half-closed and everything is answered; a
+    stream with no request at all ends OK at once."""
+    with grpc.insecure_channel(server.grpc) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        good = service_pb2.ModelInferRequest(model_name=MODEL, id="good")
+        good.inputs.add(name="InputTensor", datatype="FP32", shape=[2]).contents.fp32_contents.extend([-1.0, 1.0])
+        bad = service_pb2.ModelInferRequest(model_name=MODEL, id="short")
+        bad.inputs.add(name="InputTensor", datatype="FP32", shape=[3]).contents.fp32_contents.extend([1.0])
+        garbage = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                        request_serializer=lambda b: b, response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+        answers = list(garbage(iter([b"\xff\xff", good.SerializeToString(), bad.SerializeToString()]), timeout=60))
+        by_id = {a.infer_response.id: a for a in answers}
+        assert len(answers) == 3 and set(by_id) == {"", "good", "short"}
+        assert "not a inference.ModelInferRequest" in by_id[""].error_message
+        assert by_id["good"].error_message == ""
+        np.testing.assert_allclose(np.frombuffer(by_id["good"].infer_response.raw_output_contents[0], np.float32),
+                                   reference(MODEL, {"InputTensor": np.array([-1.0, 1.0], np.float32)}), rtol=1e-6)
+        assert "data holds 1 values; the shape holds 3" in by_id["short"].error_message and by_id["short"].infer_response.model_name == MODEL
+        assert list(stub.ModelStreamInfer(iter([]), timeout=60)) == []
+
+
+def test_a_client_that_leaves_mid_stream(server, http):
+    """Requests still running when the client cancels its stream are dropped; nothing leaks, the
+    service answers the next stream."""
+    with grpc.insecure_channel(server.grpc) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        big = service_pb2.ModelInferRequest(model_name=MODEL, id="big")
+        big.inputs.add(name="InputTensor", datatype="FP32", shape=[1 << 19])  # 2 MiB: within grpcio's receive limit
+        big.raw_input_contents.append(np.ones(1 << 19, np.float32).tobytes())
+
+        def requests():
+            for _ in range(8):
+                yield big
+            time.sleep(30)  # the stream stays open: the client cancels it
+
+        call = stub.ModelStreamInfer(requests(), timeout=60)
+        first = next(call)
+        assert first.error_message == "" and first.infer_response.id == "big"
+        call.cancel()
+        with pytest.raises(grpc.RpcError) as info:
+            list(call)
+        assert info.value.code() == grpc.StatusCode.CANCELLED
+    test_raw_stream_errors_and_half_close(server)
+    assert_still_serving(http)
