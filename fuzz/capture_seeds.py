@@ -1,6 +1,6 @@
 """Writes fuzz/corpus/: the bytes real clients send vkact's gRPC port (the client preface stripped: the
 fuzz target sends it), recorded by a relay in front of a running service. tritonclient.grpc's RPCs,
-grpc.health.v1 (Check, Watch and its cancel), compressed calls, and the wire-level attacks of
+grpc.health.v1 (Check, Watch and its cancel), compressed calls, a ModelStreamInfer stream, and the wire-level attacks of
 tests/service/test_grpc_transport.py and test_grpc_wire.py (issue 24's three faults among them).
 Run: .venv/bin/python -m fuzz.capture_seeds  (starts and stops its own server)."""
 from __future__ import annotations
@@ -81,6 +81,22 @@ def triton(address: str) -> None:
     client.close()
 
 
+def stream(address: str) -> None:
+    """ModelStreamInfer: three requests (one for an unknown model) on tritonclient's stream, then its end."""
+    import queue
+
+    answers: queue.Queue = queue.Queue()
+    client = tg.InferenceServerClient(address)
+    client.start_stream(callback=lambda result, error: answers.put(error))
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    for k, model in enumerate(("relu", "nope", "relu")):
+        client.async_stream_infer(model, [tg.InferInput("InputTensor", [16], "FP32").set_data_from_numpy(x)], request_id=str(k))
+    for _ in range(3):
+        answers.get(timeout=30)
+    client.stop_stream()
+    client.close()
+
+
 def health(address: str) -> None:
     with grpc.insecure_channel(address) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
@@ -132,7 +148,7 @@ def main() -> None:
     try:
         relay = Relay(server.grpc)
         for name, session in [("triton", triton), ("health", health), ("huge-name", huge_name),
-                              ("not-grpc", not_grpc), ("announced", announced)]:
+                              ("not-grpc", not_grpc), ("announced", announced), ("stream", stream)]:
             relay.capture(name, session)
     finally:
         stop_server(server)

@@ -17,7 +17,7 @@ PyMODINIT_FUNC PyInit__h2grpc(void);
 
 static PyObject *session_type, *h2error, *routes, *preface, *huge_message, *problem_message;
 
-enum { REPLY, STREAM, ERROR, LATER };  /* how a route answers */
+enum { REPLY, STREAM, ERROR, LATER, BIDI };  /* how a route answers */
 
 static void fail(const char *what) {
     fprintf(stderr, "h2grpc_fuzz: %s raised\n", what);
@@ -43,6 +43,19 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     routes = Py_BuildValue("{y:i,y:i,y:i,y:i,y:i,y:i,y:i}", "/inference.GRPCInferenceService/ModelInfer", REPLY,
                            "/inference.GRPCInferenceService/ServerLive", REPLY, "/grpc.health.v1.Health/Check", ERROR,
                            "/grpc.health.v1.Health/Watch", STREAM, "/u", REPLY, "/s", STREAM, "/l", LATER);
+    /* a streaming route (grpc_transport's Route with bidi set): h2grpc reads its "bidi" attribute */
+    PyObject *globals = PyDict_New();
+    PyObject *ran = globals ? PyRun_String("class Bidi(int):\n    bidi = True\n", Py_file_input, globals, globals) : NULL;
+    PyObject *bidi = ran ? PyObject_CallFunction(PyDict_GetItemString(globals, "Bidi"), "i", BIDI) : NULL;
+    if (bidi == NULL) fail("bidi route");
+    PyObject *paths[] = {PyBytes_FromString("/inference.GRPCInferenceService/ModelStreamInfer"), PyBytes_FromString("/b")};
+    for (int i = 0; i < 2; i++)
+        if (paths[i] == NULL || PyDict_SetItem(routes, paths[i], bidi) < 0) fail("bidi route");
+    Py_DECREF(paths[0]);
+    Py_DECREF(paths[1]);
+    Py_DECREF(bidi);
+    Py_XDECREF(ran);
+    Py_XDECREF(globals);
     preface = PyBytes_FromString("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
     huge_message = PyBytes_FromStringAndSize(NULL, 70000);
     memset(PyBytes_AS_STRING(huge_message), '%', 70000);  /* the cap must not split a %XX: all '%' */
@@ -77,6 +90,10 @@ static void answer(PyObject *session, PyObject *events, PyObject *later) {
             if (PyList_Append(later, PyTuple_GET_ITEM(e, 0)) < 0) fail("append");
             break;
         case ERROR: call(session, "finish", "iiO", id, huge_message, 5); break;
+        case BIDI:  /* each message answered as it comes; the call ends at the client's end ("end": above) */
+            call(session, "send", "iO", id, message, 0);
+            if (PyList_Append(later, PyTuple_GET_ITEM(e, 0)) < 0) fail("append");
+            break;
         default:
             if (PyList_Append(later, PyTuple_GET_ITEM(e, 0)) < 0) fail("append");
         }
