@@ -182,13 +182,17 @@ class InferenceServicer:
         except DecodeError:
             send(stream_response(error="the request is not a inference.ModelInferRequest message"))
             return
+        # A client that asks for final-response flags (perf_analyzer, for decoupled models) gets Triton's
+        # triton_final_response on each answer: every request has exactly one, its final.
+        flag = request.parameters.get("triton_enable_empty_final_response")
+        final = flag is not None and flag.bool_param
         try:
             answer = await self.ModelInfer(request)
         except RpcError as exc:
             ids = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
-            send(stream_response(error=exc.message, answer=ids.SerializeToString()))
+            send(stream_response(error=exc.message, answer=ids.SerializeToString() + (FINAL_FLAG if final else b"")))
         else:
-            send(stream_response(answer=answer))
+            send(stream_response(answer=answer + FINAL_FLAG if final else answer))
 
     async def ModelInfer(self, request: Any) -> bytes:
         started = time.perf_counter()
@@ -233,6 +237,12 @@ class HealthServicer:
             await asyncio.sleep(HEALTH_POLL_S)
 
 
+def _final_flag() -> bytes:
+    """ModelInferResponse's parameters entry (field 4) triton_final_response = bool_param (field 1) true,
+    appended to a serialized response: a map's entries may come in any order."""
+    return _field(4, _field(1, b"triton_final_response") + _field(2, b"\x08\x01"))
+
+
 def stream_response(error: str = "", answer: bytes = b"") -> bytes:
     """A ModelStreamInferResponse's bytes, the ModelInferResponse already serialized: error_message is
     field 1, infer_response field 2 (both length-delimited), written as protobuf writes them."""
@@ -241,6 +251,7 @@ def stream_response(error: str = "", answer: bytes = b"") -> bytes:
 
 
 def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (its number below 16) as protobuf writes it."""
     return bytes([number << 3 | 2]) + _varint(len(payload)) + payload
 
 
@@ -251,6 +262,9 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+FINAL_FLAG = _final_flag()
 
 
 def unary(method: Callable[[Any], Awaitable[Any]], request_type: Any) -> Route:

@@ -62,6 +62,32 @@ def test_sync_stream_answers_every_request_by_id(server, http):
     assert_still_serving(http)
 
 
+def test_perf_analyzer_stream_sequence(server):
+    """perf_analyzer --streaming's requests: numbered ids, several in flight, final-response flags asked
+    for (triton_enable_empty_final_response); each answer is its request's only one, flagged final, as
+    Triton answers for a model that is not decoupled."""
+    answers: queue.Queue = queue.Queue()
+    x = np.linspace(-2, 2, 256, dtype=np.float32)
+    with tg.InferenceServerClient(server.grpc) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            for k in range(1, 9):
+                inp = tg.InferInput("InputTensor", [1, 256], "FP32").set_data_from_numpy(x.reshape(1, 256))  # -b 1
+                client.async_stream_infer(MODEL, [inp], request_id=str(k), enable_empty_final_response=True)
+            seen = set()
+            for _ in range(8):
+                result, error = answers.get(timeout=60)
+                assert error is None, error
+                response = result.get_response()
+                assert response.parameters["triton_final_response"].bool_param
+                np.testing.assert_allclose(result.as_numpy("OutputTensor").reshape(-1), reference(MODEL, {"InputTensor": x}), rtol=1e-5, atol=1e-6)
+                seen.add(response.id)
+            assert seen == {str(k) for k in range(1, 9)}
+        finally:
+            client.stop_stream()  # waits for the stream's end: no empty final response follows
+        assert answers.empty()
+
+
 def test_aio_stream(server):
     async def run() -> dict[str, np.ndarray]:
         sent: dict[str, np.ndarray] = {}
