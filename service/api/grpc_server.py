@@ -27,6 +27,7 @@ from . import grpc_transport as status_codes
 from .errors import count_error, protocol_error
 from .grpc_infer import model_infer
 from .grpc_messages import config_pb, pb
+from .grpc_reflection import reflection_routes
 from .grpc_transport import GrpcTransport, Route, RpcError, Send, status_text
 from .metrics import MODEL_VERSION
 from .runtime import Runtime
@@ -294,7 +295,7 @@ def streaming(method: Callable[[Any, Send], Awaitable[None]], request_type: Any)
 
 def routes(servicer: InferenceServicer, health: HealthServicer) -> dict[str, Route]:
     """Each :path vkact answers: every GRPCInferenceService method (ModelStreamInfer bidirectional, the
-    others unary) and the health service."""
+    others unary), the health service and server reflection."""
     table = {}
     for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
         handler = getattr(servicer, method.name)
@@ -302,6 +303,7 @@ def routes(servicer: InferenceServicer, health: HealthServicer) -> dict[str, Rou
         table[path] = Route(bidi=handler) if method.client_streaming else unary(handler, getattr(pb, method.input_type.name))
     table[f"/{HEALTH_SERVICE_NAME}/Check"] = unary(health.Check, health_pb2.HealthCheckRequest)
     table[f"/{HEALTH_SERVICE_NAME}/Watch"] = streaming(health.Watch, health_pb2.HealthCheckRequest)
+    table.update(reflection_routes((SERVICE_NAME, HEALTH_SERVICE_NAME)))
     return table
 
 

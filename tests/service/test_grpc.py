@@ -526,3 +526,32 @@ def test_the_descriptor_set_lets_a_client_call_without_proto_files(server, http)
     assert call("ServerMetadata").name == "vkact"
     assert call("ModelReady", name="relu").ready and not call("ModelReady", name="nope").ready
     assert call("ModelConfig", name="softmax").config.name == "softmax"  # model_config.proto's messages too
+
+
+@pytest.mark.parametrize("version", ["v1alpha", "v1"])
+def test_server_reflection(server, version):
+    """grpcio-reflection's client, as grpcurl lists and describes: the services, and descriptors enough
+    to build and send a call without any .proto file or generated module."""
+    from google.protobuf import descriptor_pool, message_factory
+    from grpc_reflection.v1alpha import reflection_pb2
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(server.grpc) as channel:
+        if version == "v1":  # the same messages on the wire at v1's path (grpcurl asks there first)
+            info = channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                         request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                         response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+            (answer,) = list(info(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=30))
+            assert "inference.GRPCInferenceService" in {s.name for s in answer.list_services_response.service}
+            return
+        database = ProtoReflectionDescriptorDatabase(channel)
+        assert {"inference.GRPCInferenceService", "grpc.health.v1.Health"} <= set(database.get_services())
+        pool = descriptor_pool.DescriptorPool(database)
+        service = pool.FindServiceByName("inference.GRPCInferenceService")
+        method = service.methods_by_name["ModelReady"]
+        request, reply = message_factory.GetMessageClass(method.input_type), message_factory.GetMessageClass(method.output_type)
+        call = channel.unary_unary(f"/{service.full_name}/{method.name}", request_serializer=lambda r: r.SerializeToString(),
+                                   response_deserializer=reply.FromString)
+        assert call(request(name="relu"), timeout=30).ready
+        with pytest.raises(KeyError):
+            pool.FindServiceByName("no.such.Service")
