@@ -11,8 +11,9 @@ Failures become grpc-status and grpc-message through ``error_status``; the clien
 Bounds: ``max_calls`` calls at once over all connections (RESOURCE_EXHAUSTED beyond, as grpcio's
 maximum_concurrent_rpcs), ``max_connections`` connections (closed at once beyond), ``max_streams``
 streams per connection (HTTP/2 SETTINGS: the client queues beyond), ``max_message`` bytes a message
-(RESOURCE_EXHAUSTED beyond, without buffering it), and a connection stops being read while its
-answers wait for the client to read them."""
+(RESOURCE_EXHAUSTED beyond, without buffering it), a message's bytes and what it inflates to within
+the process's budget of bytes in flight (``budget``: UNAVAILABLE while other requests hold it), and a
+connection stops being read while its answers wait for the client to read them."""
 from __future__ import annotations
 
 import asyncio
@@ -20,11 +21,13 @@ import functools
 import logging
 import re
 import socket
-import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..inflight import Claim, InflightBudget
 from ..native import h2grpc
+from .v2_encoding import Inflater
 
 log = logging.getLogger("vkact.grpc")
 
@@ -66,8 +69,9 @@ def percent_encoded(message: str) -> bytes:
 
 class GrpcTransport:
     def __init__(self, routes: dict[str, Route], error_status: ErrorStatus, *, max_message: int, max_calls: int,
-                 max_connections: int, max_streams: int = 128, window: int = 4 << 20) -> None:
+                 max_connections: int, budget: InflightBudget, max_streams: int = 128, window: int = 4 << 20) -> None:
         self.routes = {path.encode(): route for path, route in routes.items()}
+        self.budget = budget  # request bytes in flight, shared with the HTTP side (service/inflight.py)
         self.error_status = error_status
         self.max_message, self.max_calls, self.max_connections = max_message, max_calls, max_connections
         self.max_streams, self.window = max_streams, window
@@ -173,9 +177,11 @@ class _Connection(asyncio.Protocol):
 
     async def _call(self, stream_id: int, route: Route, message: bytes, timeout: bytes | None, encoding: bytes | None) -> None:
         deadline = None
+        claim = self.server.budget.claim()  # the message's bytes, and what they inflate to, while the call runs
         try:
+            claim.grow(len(message))
             if encoding is not None:  # inflating up to max_message bytes: off the event loop
-                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message)
+                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message, claim)
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
                 if seconds is None:
@@ -197,6 +203,7 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # noqa: BLE001 - every failure is answered with its code
             self.finish(stream_id, *self.server.error_status(exc))
         finally:
+            claim.release()
             if deadline is not None:
                 deadline.cancel()
 
@@ -249,23 +256,20 @@ class RpcError(Exception):
         self.code, self.message = code, message
 
 
-def _decompressed(message: bytes, encoding: bytes, limit: int) -> bytes:
+def _decompressed(message: bytes, encoding: bytes, limit: int, claim: Claim) -> bytes | memoryview:
     """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
-    ``limit`` bytes: a small bomb cannot grow past the message bound."""
+    ``limit`` bytes within ``claim`` (which holds the compressed bytes, given back once inflated): a small
+    bomb grows past neither the message bound nor the budget of bytes in flight (v2_encoding.Inflater)."""
     if encoding == b"":
         raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
-    if encoding == b"gzip":
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    elif encoding == b"deflate":
-        inflater = zlib.decompressobj()
-    else:
+    if encoding not in (b"gzip", b"deflate"):
         raise RpcError(UNIMPLEMENTED, f"grpc-encoding {encoding.decode('latin-1')!r} is not supported (gzip, deflate, identity)")
+    inflater = Inflater(message, encoding.decode(), limit, claim, "request message")
     try:
-        out = inflater.decompress(message, limit + 1)
-    except zlib.error as exc:
-        raise RpcError(INTERNAL, f"the {encoding.decode()} message does not inflate: {exc}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise RpcError(RESOURCE_EXHAUSTED, f"the request message inflates past {limit} bytes")
-    return out
-
-
+        inflater.rest()
+    except InvalidRequest as exc:
+        raise RpcError(INTERNAL, exc.message) from None
+    except PayloadTooLarge as exc:
+        raise RpcError(RESOURCE_EXHAUSTED, exc.message) from None
+    claim.shrink(len(message))
+    return inflater.result()
