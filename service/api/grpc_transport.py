@@ -11,10 +11,12 @@ Failures become grpc-status and grpc-message through ``error_status``; the clien
 Bounds: ``max_calls`` calls at once over all connections (RESOURCE_EXHAUSTED beyond, as grpcio's
 maximum_concurrent_rpcs), ``max_connections`` connections (closed at once beyond), ``max_streams``
 streams per connection (HTTP/2 SETTINGS: the client queues beyond), ``max_message`` bytes a message
-(RESOURCE_EXHAUSTED beyond, without buffering it), the bytes partial messages hold within ``budget``
-(the process's bytes in flight, when given: RESOURCE_EXHAUSTED for a message that would pass it), and
-a connection stops being read while its answers wait for the client to read them. A message's memory
-follows the bytes that arrived (h2grpc grows it as DATA comes), never what its prefix announces."""
+(RESOURCE_EXHAUSTED beyond, without buffering it), a message's bytes and what it inflates to within
+the process's budget of bytes in flight (``budget``, service/inflight.py, shared with the HTTP side):
+partial messages as they arrive (RESOURCE_EXHAUSTED for one that would pass it), a whole message and
+its inflation by its call (UNAVAILABLE while other requests hold the budget); and a connection stops
+being read while its answers wait for the client to read them. A message's memory follows the bytes
+that arrived (h2grpc grows it as DATA comes), never what its prefix announces."""
 from __future__ import annotations
 
 import asyncio
@@ -22,12 +24,13 @@ import functools
 import logging
 import re
 import socket
-import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
 
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..inflight import Claim, InflightBudget
 from ..native import h2grpc
+from .v2_encoding import Inflater
 
 log = logging.getLogger("vkact.grpc")
 
@@ -42,17 +45,6 @@ Send = Callable[[bytes], None]
 class Route:
     unary: Callable[[bytes], Awaitable[bytes]] | None = None
     streaming: Callable[[bytes, Send], Awaitable[None]] | None = None
-
-
-class Budget(Protocol):
-    """Bytes in flight of one process (the HTTP side's bodies and inflation share it): ``limit`` and
-    ``held`` bytes; ``try_reserve(n)`` takes n if they fit (False: nothing taken); ``release(n)``."""
-    limit: int
-    held: int
-
-    def try_reserve(self, nbytes: int) -> bool: ...
-
-    def release(self, nbytes: int) -> None: ...
 
 
 #: ``error_status(exc)`` -> (gRPC status code, message) for a call that raised.
@@ -93,9 +85,9 @@ def status_text(message: str) -> str:
 
 class GrpcTransport:
     def __init__(self, routes: dict[str, Route], error_status: ErrorStatus, *, max_message: int, max_calls: int,
-                 max_connections: int, max_streams: int = 128, window: int = 4 << 20, budget: Budget | None = None) -> None:
+                 max_connections: int, budget: InflightBudget, max_streams: int = 128, window: int = 4 << 20) -> None:
         self.routes = {path.encode(): route for path, route in routes.items()}
-        self.budget = budget
+        self.budget = budget  # request bytes in flight, shared with the HTTP side (service/inflight.py)
         self.error_status = error_status
         self.max_message, self.max_calls, self.max_connections = max_message, max_calls, max_connections
         self.max_streams, self.window = max_streams, window
@@ -136,7 +128,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.calls: dict[int, asyncio.Task] = {}
         self.expired: set[int] = set()  # calls their deadline cancelled: answered DEADLINE_EXCEEDED
-        self.reserved = 0  # bytes of the budget this connection's partial messages hold (session.buffered)
+        self.reserved = 0  # bytes of the budget this connection holds: its partial messages, whole ones until a call takes them
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -158,18 +150,17 @@ class _Connection(asyncio.Protocol):
         if session is None:
             return
         budget = self.server.budget
-        if budget is not None:  # partial messages may grow into what the process has left
-            session.room = self.reserved + max(0, budget.limit - budget.held)
+        session.room = self.reserved + max(0, budget.limit - budget.held)  # partial messages grow into what is left
         try:
             events = session.receive(data)
         except (h2grpc.H2Error, MemoryError) as exc:  # nghttp2 has queued its GOAWAY: send it, then close
             log.debug("gRPC connection closed: %r", exc)
+            self._charge(session.buffered)
             self.flush()
             self.close()
             return
-        finally:
-            if budget is not None:
-                self._charge(budget, session.buffered)
+        # held now: the partial messages, and the whole ones until their calls take them over
+        self._charge(session.buffered + sum(len(message) for _, route, message, _, _ in events if route is not None and message is not None))
         for stream_id, route, message, timeout, encoding in events:
             if route is None:  # the client reset a call in progress
                 task = self.calls.pop(stream_id, None)
@@ -179,13 +170,17 @@ class _Connection(asyncio.Protocol):
                 code, text = _PROBLEMS.get(encoding, (INTERNAL, "malformed request stream"))
                 self.finish(stream_id, code, text.format(limit=self.server.max_message))
             elif self.server.calls >= self.server.max_calls:
+                self._charge(self.reserved - len(message))
                 self.finish(stream_id, RESOURCE_EXHAUSTED, f"more than {self.server.max_calls} calls at once (VKACT_MAX_CONNECTIONS)")
             else:
                 self.server.calls += 1
-                task = self.loop.create_task(self._call(stream_id, route, message, timeout, encoding))
+                claim = budget.claim()  # the message's bytes, and what they inflate to, while the call runs
+                claim.adopt(len(message))
+                self.reserved -= len(message)
+                task = self.loop.create_task(self._call(stream_id, route, message, timeout, encoding, claim))
                 # the bookkeeping in a done callback: a task cancelled before its first step (a request
                 # and its reset in one read) never runs its coroutine's finally
-                task.add_done_callback(functools.partial(self._ended, stream_id))
+                task.add_done_callback(functools.partial(self._ended, stream_id, claim))
                 self.calls[stream_id] = task
         self.flush()
 
@@ -197,9 +192,10 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
-    def _charge(self, budget: Budget, buffered: int) -> None:
-        """The budget holds what the partial messages hold now (messages handed to calls left it)."""
-        delta, self.reserved = buffered - self.reserved, buffered
+    def _charge(self, held: int) -> None:
+        """This connection's share of the budget becomes ``held`` bytes (what it received and still holds)."""
+        budget = self.server.budget
+        delta, self.reserved = held - self.reserved, held
         if delta < 0:
             budget.release(-delta)
         elif delta and not budget.try_reserve(delta):
@@ -207,8 +203,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
-        if self.server.budget is not None:
-            self._charge(self.server.budget, 0)
+        self._charge(0)
         for task in self.calls.values():
             task.cancel()
         self.calls.clear()
@@ -216,11 +211,12 @@ class _Connection(asyncio.Protocol):
 
     # -- calls ----------------------------------------------------------------------------------
 
-    async def _call(self, stream_id: int, route: Route, message: bytes, timeout: bytes | None, encoding: bytes | None) -> None:
+    async def _call(self, stream_id: int, route: Route, message: bytes, timeout: bytes | None, encoding: bytes | None,
+                    claim: Claim) -> None:
         deadline = None
         try:
             if encoding is not None:  # inflating up to max_message bytes: off the event loop
-                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message)
+                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message, claim)
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
                 if seconds is None:
@@ -245,7 +241,8 @@ class _Connection(asyncio.Protocol):
             if deadline is not None:
                 deadline.cancel()
 
-    def _ended(self, stream_id: int, task: asyncio.Task) -> None:
+    def _ended(self, stream_id: int, claim: Claim, task: asyncio.Task) -> None:
+        claim.release()
         self.server.calls -= 1
         if self.calls.get(stream_id) is task:
             del self.calls[stream_id]
@@ -294,23 +291,20 @@ class RpcError(Exception):
         self.code, self.message = code, message
 
 
-def _decompressed(message: bytes, encoding: bytes, limit: int) -> bytes:
+def _decompressed(message: bytes, encoding: bytes, limit: int, claim: Claim) -> bytes | memoryview:
     """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
-    ``limit`` bytes: a small bomb cannot grow past the message bound."""
+    ``limit`` bytes within ``claim`` (which holds the compressed bytes, given back once inflated): a small
+    bomb grows past neither the message bound nor the budget of bytes in flight (v2_encoding.Inflater)."""
     if encoding == b"":
         raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
-    if encoding == b"gzip":
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    elif encoding == b"deflate":
-        inflater = zlib.decompressobj()
-    else:
+    if encoding not in (b"gzip", b"deflate"):
         raise RpcError(UNIMPLEMENTED, f"grpc-encoding {encoding.decode('latin-1')!r} is not supported (gzip, deflate, identity)")
+    inflater = Inflater(message, encoding.decode(), limit, claim, "request message")
     try:
-        out = inflater.decompress(message, limit + 1)
-    except zlib.error as exc:
-        raise RpcError(INTERNAL, f"the {encoding.decode()} message does not inflate: {exc}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise RpcError(RESOURCE_EXHAUSTED, f"the request message inflates past {limit} bytes")
-    return out
-
-
+        inflater.rest()
+    except InvalidRequest as exc:
+        raise RpcError(INTERNAL, exc.message) from None
+    except PayloadTooLarge as exc:
+        raise RpcError(RESOURCE_EXHAUSTED, exc.message) from None
+    claim.shrink(len(message))
+    return inflater.result()
