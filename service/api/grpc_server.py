@@ -317,7 +317,8 @@ class GrpcServer:
         # port answers connections beyond it with 503: a flood cannot pile up handlers.
         self.transport = GrpcTransport(routes(InferenceServicer(state, version), HealthServicer(state)), self._error_status,
                                        max_message=settings.max_body_bytes,  # the HTTP body limit
-                                       max_calls=settings.max_connections, max_connections=settings.max_connections)
+                                       max_calls=settings.max_connections, max_connections=settings.max_connections,
+                                       budget=state.inflight)
         self.address = f"[{settings.host}]:{settings.grpc_port}" if ":" in settings.host else f"{settings.host}:{settings.grpc_port}"
 
     def _error_status(self, exc: BaseException) -> tuple[int, str]:

@@ -21,13 +21,13 @@ from ..errors import InvalidRequest, NotReady, UnknownOperator, VkactError
 from ..operators import OperatorDesc
 from ..shared_memory import Region, SharedMemoryRegistry
 from ..worker import pickled
-from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, run_on_device
+from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .runtime import device_worker, runtime
 from .json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
-from .v2_encoding import choose_encoding, compress, decode_body
+from .v2_encoding import choose_encoding, compress
 from .model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters
 from .v2_models import MODELS, find_model
 from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
@@ -246,6 +246,7 @@ def _parse(body: memoryview, header_length: str | None, model: type[OperatorDesc
     return req, tail, build_operator(model, req, max_tensor_bytes)
 
 
+@within_budget
 async def _infer(request: Request, model: str, version: str | None) -> Response:
     started = time.perf_counter()
     model_class = find_model(model, version)
@@ -257,7 +258,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     limit = state.settings.max_body_bytes
     max_tensor_bytes = worker.info["max_tensor_bytes"]
     headers = request.headers
-    body = await decode_body(await read_body(request, limit), headers.get("content-encoding"), limit)
+    body = await request_body(request, limit)
     header_length = headers.get(HEADER_LENGTH)
     cache: HeaderCache[_Parsed] = state.v2_headers
     key = parsed = None

@@ -385,14 +385,13 @@ def test_the_hand_serialized_response_is_what_protobuf_reads(n):
 def test_a_server_without_its_device_answers_unavailable():
     """No device (none matches VKACT_DEVICE): live, not ready, inference UNAVAILABLE, health NOT_SERVING,
     the models listed as UNAVAILABLE, as Triton answers while its models are not ready."""
-    import os
     import subprocess
     import sys
 
-    from tests.service.conftest import ROOT, free_port
+    from tests.service.conftest import ROOT, free_port, server_env
 
     http_port, grpc_port = free_port(), free_port()
-    env = {**os.environ, "VKACT_DEVICE": "no-such-device", "VKACT_GRPC_PORT": str(grpc_port)}
+    env = server_env({"VKACT_DEVICE": "no-such-device", "VKACT_GRPC_PORT": str(grpc_port)})
     proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(http_port), "--log-level", "critical", "--no-supervise"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -159,3 +159,29 @@ def test_a_client_that_leaves_mid_stream(server, http):
         assert info.value.code() == grpc.StatusCode.CANCELLED
     test_raw_stream_errors_and_half_close(server)
     assert_still_serving(http)
+
+
+def test_a_long_stream_gives_each_message_back_to_the_budget():
+    """A stream's messages leave the process's budget of bytes in flight once its call has taken them:
+    forty 64 KiB requests, one after another, on a stream of a server whose budget is 256 KiB all succeed
+    (held for the stream's life, the fifth would be refused)."""
+    from tests.service.conftest import start_server, stop_server
+
+    server = start_server(inflight_bytes=256 << 10, max_body_bytes=128 << 10)
+    try:
+        answers: queue.Queue = queue.Queue()
+        x = np.linspace(-2, 2, 16 << 10, dtype=np.float32)  # 64 KiB
+        with tg.InferenceServerClient(server.grpc) as client:
+            client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            try:
+                for k in range(40):
+                    inp = tg.InferInput("InputTensor", [x.size], "FP32").set_data_from_numpy(x)
+                    client.async_stream_infer(MODEL, [inp], request_id=str(k))
+                    result, error = answers.get(timeout=60)
+                    assert error is None, (k, error)
+                    assert result.get_response().id == str(k)
+                np.testing.assert_allclose(result.as_numpy("OutputTensor"), reference(MODEL, {"InputTensor": x}), rtol=1e-5, atol=1e-6)
+            finally:
+                client.stop_stream()
+    finally:
+        stop_server(server)

@@ -15,6 +15,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2
 
 from service.api.grpc_transport import INTERNAL, MAX_STATUS_MESSAGE, RESOURCE_EXHAUSTED, GrpcTransport, Route, status_text
+from service.inflight import InflightBudget
 from service.native import h2grpc
 from tests.service.conftest import start_server, stop_server
 from tests.service.h2_client import PREFACE, Answer, H2Client, frame, framed, literal_headers
@@ -212,28 +213,21 @@ def test_session_refuses_what_its_room_cannot_hold():
     assert pair.session.buffered == 0
 
 
-class _Budget:
-    """A process's bytes in flight as grpc_transport.Budget describes it (the HTTP side's own lives elsewhere)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.held, self.peak = limit, 0, 0
-
-    def try_reserve(self, nbytes: int) -> bool:
-        if self.held + nbytes > self.limit:
-            return False
-        self.held += nbytes
-        self.peak = max(self.peak, self.held)
-        return True
-
-    def release(self, nbytes: int) -> None:
-        self.held -= nbytes
-
-
 def test_partial_messages_are_charged_to_the_process_budget():
     """A transport with a 256 KiB budget: a 1 MiB message is refused RESOURCE_EXHAUSTED (it could only be
     held past the budget), one that fits is answered; the budget held what arrived, never more than its
     limit, and has everything back once the connection closes."""
-    budget = _Budget(256 << 10)
+    budget = InflightBudget(256 << 10)
+    peak = 0
+    reserve = budget.try_reserve
+
+    def try_reserve(nbytes: int) -> bool:
+        nonlocal peak
+        taken = reserve(nbytes)
+        peak = max(peak, budget.held)
+        return taken
+
+    budget.try_reserve = try_reserve  # type: ignore[method-assign]  # the most it held
 
     async def echo(message: bytes) -> bytes:
         return message[:16]
@@ -257,6 +251,6 @@ def test_partial_messages_are_charged_to_the_process_budget():
             await transport.stop(grace=1)
         assert big.status == str(RESOURCE_EXHAUSTED) and "retry later" in big.message, big
         assert fits.status == "0" and fits.body == framed(b"\2" * 16), fits
-        assert 0 < budget.peak <= budget.limit and budget.held == 0, (budget.peak, budget.held)
+        assert 0 < peak <= budget.limit and budget.held == 0, (peak, budget.held)
 
     asyncio.run(scenario())
