@@ -185,3 +185,58 @@ def test_a_long_stream_gives_each_message_back_to_the_budget():
                 client.stop_stream()
     finally:
         stop_server(server)
+
+
+def held_servicer():
+    """InferenceServicer whose ModelInfer answers a request once its id is released: what the stream
+    does around the execution path, in-process, with the timing in the test's hands."""
+    from service.api.grpc_server import InferenceServicer
+
+    class Held(InferenceServicer):
+        def __init__(self) -> None:
+            self.released: dict[str, asyncio.Event] = {}
+
+        async def ModelInfer(self, request):
+            await self.released.setdefault(request.id, asyncio.Event()).wait()
+            return service_pb2.ModelInferResponse(id=request.id, model_name=request.model_name).SerializeToString()
+
+    return Held()
+
+
+def _stream_run(ids: list[str], release_order: list[str]) -> list:
+    from service.api.grpc_messages import pb
+
+    servicer = held_servicer()
+    sent: list = []
+
+    async def run() -> None:
+        async def requests():
+            for i in ids:
+                yield service_pb2.ModelInferRequest(model_name=MODEL, id=i).SerializeToString()
+
+        call = asyncio.ensure_future(servicer.ModelStreamInfer(requests(), lambda b: sent.append(pb.ModelStreamInferResponse.FromString(b))))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        for i in release_order:
+            servicer.released.setdefault(i, asyncio.Event()).set()
+            for _ in range(3):
+                await asyncio.sleep(0)
+        await asyncio.wait_for(call, 10)
+
+    asyncio.run(run())
+    return sent
+
+
+def test_answers_come_in_order_of_completion():
+    sent = _stream_run(["slow", "fast", "middle"], ["fast", "middle", "slow"])
+    assert [a.infer_response.id for a in sent] == ["fast", "middle", "slow"] and not any(a.error_message for a in sent)
+
+
+def test_requests_beyond_the_streams_bound_are_answered_with_an_error():
+    from service.api.grpc_server import STREAM_IN_FLIGHT
+
+    ids = [str(k) for k in range(STREAM_IN_FLIGHT + 2)]
+    sent = _stream_run(ids, ids)
+    refused = [a for a in sent if a.error_message]
+    assert len(refused) == 2 and all(f"more than {STREAM_IN_FLIGHT} requests" in a.error_message for a in refused)
+    assert sorted(a.infer_response.id for a in sent if not a.error_message) == sorted(ids[:STREAM_IN_FLIGHT])
