@@ -1,7 +1,8 @@
 /* gRPC's server side of HTTP/2 in C, on libnghttp2: what grpcio's asyncio server spent ~80% of vkact's
  * gRPC CPU on (py-spy), done per connection without a thread, a completion queue or a Python object per
  * frame.  nghttp2 keeps HTTP/2 correct (framing, HPACK, flow control, SETTINGS, PING, GOAWAY, limits);
- * this module adds gRPC's part of it: one length-prefixed message per request stream, answered with
+ * this module adds gRPC's part of it: one length-prefixed message per request stream (or a stream of
+ * them, for a streaming route), answered with
  * messages and a grpc-status trailer (or a trailers-only HEADERS for an error before any message).
  *
  * Python owns the socket (an asyncio Protocol, service/api/grpc_transport.py):
@@ -10,6 +11,9 @@
  *       it had sent whole (cancel its work); message None: the body is not one whole message, and
  *       `encoding` names why (str); else `encoding` is the grpc-encoding of a compressed message
  *       (bytes, b"" when the client named none) or None for an uncompressed one.
+ *       A streaming route (one whose `bidi` attribute is not None) gets a tuple per message as it
+ *       completes, then one with message None and encoding "end" when the client ends its side
+ *       (a too-large or over-budget message is reported at once); nothing after it has finished.
  *   session.send(stream_id, message)     queue one message (the 5-byte prefix is added here)
  *   session.finish(stream_id, status, message=b"")   grpc-status/grpc-message, after the queue
  *   session.reply(stream_id, message)    send + finish(0): a unary answer in one call
