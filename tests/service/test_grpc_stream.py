@@ -240,3 +240,25 @@ def test_requests_beyond_the_streams_bound_are_answered_with_an_error():
     refused = [a for a in sent if a.error_message]
     assert len(refused) == 2 and all(f"more than {STREAM_IN_FLIGHT} requests" in a.error_message for a in refused)
     assert sorted(a.infer_response.id for a in sent if not a.error_message) == sorted(ids[:STREAM_IN_FLIGHT])
+
+
+@pytest.mark.parametrize("compression", ["gzip", "deflate"])
+def test_compressed_stream(server, compression):
+    """A stream whose messages are compressed (grpc-encoding): each is inflated on its own."""
+    answers: queue.Queue = queue.Queue()
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    with tg.InferenceServerClient(server.grpc) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)), compression_algorithm=compression)
+        try:
+            for k in range(3):
+                inp = tg.InferInput("InputTensor", [x.size], "FP32").set_data_from_numpy(x * (k + 1))
+                client.async_stream_infer(MODEL, [inp], request_id=str(k))
+            got = {}
+            for _ in range(3):
+                result, error = answers.get(timeout=60)
+                assert error is None, error
+                got[result.get_response().id] = result.as_numpy("OutputTensor")
+        finally:
+            client.stop_stream()
+    for k in range(3):
+        np.testing.assert_allclose(got[str(k)], reference(MODEL, {"InputTensor": x * (k + 1)}), rtol=1e-5, atol=1e-6)
