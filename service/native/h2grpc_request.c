@@ -58,8 +58,10 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         Py_XINCREF(route);
         Py_XSETREF(s->route, route);
         s->bidi = 0;
+        static PyObject *bidi_name;  /* interned once: no string made per request */
+        if (route != NULL && bidi_name == NULL && (bidi_name = PyUnicode_InternFromString("bidi")) == NULL) goto failed;
         if (route != NULL) {
-            PyObject *bidi = PyObject_GetAttrString(route, "bidi");
+            PyObject *bidi = PyObject_GetAttr(route, bidi_name);
             if (bidi == NULL) PyErr_Clear();  /* a route without the attribute is unary */
             else {
                 s->bidi = bidi != Py_None;
