@@ -1,6 +1,6 @@
 # Everyday entry points.  `make test` from a fresh clone sets everything up first.
-#   make setup | test [PYTEST_ARGS=...] | test-portability | serve [HOST=... PORT=...] | bench [DRIVER=swiftshader]
-#   | images [IMAGES=cpu|gpu] | clean
+#   make setup | test [PYTEST_ARGS=...] | test-portability | test-asan | fuzz [FUZZ_SECONDS=...]
+#   | serve [HOST=... PORT=...] | bench [DRIVER=swiftshader] | images [IMAGES=cpu|gpu] | clean
 SHELL := bash
 # Same knob as scripts/setup.sh: VKACT_VENV=/path make test
 VKACT_VENV ?= $(CURDIR)/.venv
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml scripts/setup.sh scripts/build-kp.sh scripts/build-nati
 	bash scripts/setup.sh
 	touch $@
 
-.PHONY: setup shaders test test-portability serve bench images clean
+.PHONY: setup shaders test test-portability test-asan fuzz serve bench images clean
 setup:            # explicit request: always run the (idempotent) script
 	bash scripts/setup.sh
 	touch $(STAMP)
@@ -32,6 +32,14 @@ test: shaders
 # writes README's "Tested on" table from what ran (scripts/test-portability.sh says which tests where).
 test-portability: shaders
 	bash scripts/test-portability.sh $(PYTEST_ARGS)
+
+# The gRPC tests against the AddressSanitizer + UBSan build of service/native (scripts/test-asan.sh).
+test-asan: shaders
+	bash scripts/test-asan.sh $(PYTEST_ARGS)
+
+# The libFuzzer target of service/native (fuzz/): FUZZ_SECONDS long (default 60), on fuzz/corpus.
+fuzz: $(STAMP)
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # HOST/PORT are passed only when given, so the service's own defaults apply otherwise.
 serve: shaders

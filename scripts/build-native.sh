@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
 # Builds vkact's C extension (service/native/h2grpc*.c -> service/native/_h2grpc<EXT_SUFFIX>) for the
-# given interpreter, against Debian's libnghttp2-dev. Rebuilds only when the sources or the interpreter
-# changed (a stamp beside the library holds their hashes). Usage: build-native.sh PYTHON
+# given interpreter, against Debian's libnghttp2-dev. Rebuilds only when the sources, the interpreter,
+# the compiler or the flags changed (a stamp beside the library holds their hashes).
+# Usage: build-native.sh PYTHON [--sanitize]
+#   --sanitize (or VKACT_NATIVE_SANITIZE=1): AddressSanitizer + UBSan (clang, -shared-libasan) into
+#       VKACT_NATIVE_DIR (default .cache/native-asan), never over the normal build; service/native loads
+#       the extension from VKACT_NATIVE_DIR when it is set (scripts/test-asan.sh runs the gRPC tests so).
+#   CC=clang: the normal build with clang (gcc's cc by default); both build it clean under -Werror.
 set -euo pipefail
-PY=${1:?usage: build-native.sh PYTHON}
+PY=${1:?usage: build-native.sh PYTHON [--sanitize]}
+SANITIZE=${VKACT_NATIVE_SANITIZE:-0}
+[[ ${2:-} == --sanitize ]] && SANITIZE=1
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$ROOT/service/native
 read -r INCLUDE SUFFIX < <("$PY" -c 'import sysconfig as s; print(s.get_paths()["include"], s.get_config_var("EXT_SUFFIX"))')
-OUT=$DIR/_h2grpc$SUFFIX
+WARN=(-Wall -Wextra -Wno-unused-parameter -Werror)
+if [[ $SANITIZE == 1 ]]; then
+  CC=${CC:-clang}
+  OUTDIR=${VKACT_NATIVE_DIR:-$ROOT/.cache/native-asan}
+  # the runtime comes from LD_PRELOAD (the interpreter is not instrumented); any UBSan report aborts
+  FLAGS=(-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -shared-libasan)
+else
+  CC=${CC:-cc}
+  OUTDIR=$DIR
+  FLAGS=(-O2 -g)
+fi
+mkdir -p "$OUTDIR"
+OUT=$OUTDIR/_h2grpc$SUFFIX
 SOURCES=("$DIR"/h2grpc*.c)
-want="$(cat "${SOURCES[@]}" "$DIR/h2grpc.h" | sha256sum | cut -d' ' -f1) $("$PY" -c 'import sys; print(sys.version)' | sha256sum | cut -d' ' -f1)"
+want="$(cat "${SOURCES[@]}" "$DIR/h2grpc.h" | sha256sum | cut -d' ' -f1) $("$PY" -c 'import sys; print(sys.version)' | sha256sum | cut -d' ' -f1) $(echo "$CC ${FLAGS[*]}" | sha256sum | cut -d' ' -f1)"
 if [[ -f $OUT && $(cat "$OUT.stamp" 2>/dev/null) == "$want" ]]; then
-  echo "==> h2grpc up to date"
+  echo "==> h2grpc up to date ($OUT)"
   exit 0
 fi
 [[ -f /usr/include/nghttp2/nghttp2.h ]] || { echo "build-native.sh: libnghttp2's headers are missing: apt-get install -y libnghttp2-dev" >&2; exit 1; }
-echo "==> building service/native/_h2grpc$SUFFIX (libnghttp2)"
+echo "==> building $OUT (libnghttp2, $CC ${FLAGS[*]})"
 # -fvisibility=hidden: the files share functions; only PyInit__h2grpc is the module's to export
-${CC:-cc} -O2 -g -Wall -Wextra -Wno-unused-parameter -Werror -fPIC -fvisibility=hidden -shared -I"$INCLUDE" \
-  "${SOURCES[@]}" -lnghttp2 -o "$OUT.tmp"
+$CC "${FLAGS[@]}" "${WARN[@]}" -fPIC -fvisibility=hidden -shared -I"$INCLUDE" "${SOURCES[@]}" -lnghttp2 -o "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 echo "$want" >"$OUT.stamp"

@@ -36,9 +36,10 @@ command -v "$PY" >/dev/null || die "$PY not found: install Python >= 3.10 (Debia
 # libnghttp2's headers for vkact's gRPC transport (service/native/h2grpc.c).
 PKGS=(libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools cmake make g++ libfmt-dev libnghttp2-dev)
 # For the tests (not --runtime-only): the portability suite's second driver (SwiftShader, in Chromium's
-# common files: 3 packages, about 30 MB with --no-install-recommends) and the Khronos validation layer.
+# common files: 3 packages, about 30 MB with --no-install-recommends) and the Khronos validation layer;
+# clang and its runtimes (ASan, UBSan, libFuzzer) for `make test-asan` and `make fuzz`.
 if [[ $EXTRAS == *test* ]]; then
-  PKGS+=(chromium-common vulkan-validationlayers)
+  PKGS+=(chromium-common vulkan-validationlayers clang libclang-rt-14-dev)
 fi
 # Debian's own python3 splits out venv/ensurepip and the C headers kp is compiled against.
 if [[ $("$PY" -c 'import sys; print(sys.base_prefix)') == /usr ]]; then

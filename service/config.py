@@ -44,10 +44,15 @@ class Settings(BaseSettings):
     # Limits (see README, "Limits and failure behaviour")
     max_shm_regions: int = Field(1024, ge=1, description="system shared memory regions registered at once; one more is a 400")
     slot_bytes: int = Field(1 << 30, ge=1 << 20, description="shared memory (/dev/shm) the tensor slots of one HTTP process may hold; a request that needs more than this alone is a 413, one that finds it taken by requests in flight a 503")
+    inflight_bytes: int = Field(0, ge=0, description="request bytes that all requests in flight in one HTTP process may hold at once: bodies as received and as inflated, gRPC messages (0: VKACT_MAX_BODY_BYTES, room for one largest request); a request that needs more alone is a 413, one that finds it held by others a 503 with Retry-After, and a compressed body past the room left is inflated only to be counted")
     idle_release_s: float = Field(60.0, gt=0, description="tensor slots and the engine's buffers and pipelines unused for this long (up to twice) are freed")
     max_pipelines: int = Field(256, ge=8, description="compiled pipelines the engine keeps (least recently used out): bounds the device worker's memory over many distinct descriptors")
     worker_start_timeout_s: float = Field(120.0, gt=0, description="a device worker that has not reported ready this long after it started (a driver hung creating the device) is killed and started again")
     require_gpu: bool = Field(False, description="start only where the chosen Vulkan device is a GPU (the gpu image sets it): else say so in one line and exit with status 2, instead of serving from a CPU driver or not at all")
+
+    @property
+    def inflight_limit(self) -> int:
+        return self.inflight_bytes or self.max_body_bytes
 
     @model_validator(mode="after")
     def _one_process_per_pinned_cpu(self) -> "Settings":

@@ -258,8 +258,8 @@ class SharedMemoryRegistry:
     def use(self, name: str) -> Iterator[Region]:
         """A registered region, opened for the duration of a request."""
         spec = self._current().get(name)
-        if spec is None:
-            raise InvalidRequest(f"shared_memory_region {name!r} is not a registered system shared memory region")
+        if spec is None:  # 404 / NOT_FOUND, as Triton (since 2.42) answers an unknown region in an inference
+            raise UnknownRegion(f"shared_memory_region {name!r} is not a registered system shared memory region")
         region = Region(spec)
         try:
             yield region

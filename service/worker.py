@@ -144,6 +144,7 @@ class _Job:
     future: asyncio.Future = field(repr=False)
     key: bytes = b""  # the pickled descriptor: what crosses to the worker, and its plan cache key
     batchable: bool = False  # may run in one dispatch with the jobs of the same key queued beside it
+    batch_limit: int = 1     # jobs in that dispatch at most (the model's, see DeviceWorker.batch_limit)
     waiting: Callable[[int], None] | None = field(default=None, repr=False)  # told +1 queued, -1 out of the queue
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
@@ -174,6 +175,10 @@ class DeviceWorker:
         self._queued = asyncio.Event()               # set while the queue holds a job
         self._inflight: dict[int, _Job] = {}
         self._inflight_batches = 0
+        #: the models' own batch limits (load_model with a config), below max_batch
+        self.batch_limits: dict[type[OperatorDesc], int] = {}
+        #: told (operator type, jobs, kernel seconds) for each dispatch the device answers: an execution
+        self.on_execution: Callable[[type[OperatorDesc], int, float], None] | None = None
         self._window = _Window(IN_FLIGHT)
         self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget, settings.slot_bytes)
         self._trimmed_at = time.monotonic()
@@ -194,6 +199,10 @@ class DeviceWorker:
     def max_batch(self) -> int:
         """Jobs per dispatch: the setting, or the device's default (the worker's ready report)."""
         return self.settings.max_batch or (self.info["max_batch"] if self.info else 1)
+
+    def batch_limit(self, op: type[OperatorDesc]) -> int:
+        """Jobs of ``op`` per dispatch: its model's limit where one was set, never above max_batch."""
+        return min(self.batch_limits.get(op, self.max_batch), self.max_batch)
 
     @property
     def ready(self) -> bool:
@@ -322,7 +331,8 @@ class DeviceWorker:
             self._window.take()
             self._send([job])
         else:  # queued: it may run in one dispatch with others of its descriptor
-            job.batchable = self.max_batch > 1 and sum(sizes) <= BATCH_BYTES and op.concatenable
+            job.batch_limit = self.batch_limit(type(op))
+            job.batchable = job.batch_limit > 1 and sum(sizes) <= BATCH_BYTES and op.concatenable
             job.waiting = waiting
             if waiting is not None:
                 waiting(1)
@@ -368,7 +378,7 @@ class DeviceWorker:
         small, up to max_batch in all (dynamic batching: one submission and one message for many
         requests when they arrive faster than the device answers them one by one)."""
         batch: list[_Job] = []
-        while job.batchable and self._queue and len(batch) + 1 < self.max_batch:
+        while job.batchable and self._queue and len(batch) + 1 < job.batch_limit:
             nxt = self._queue[0]
             if nxt.future.done():  # dropped, here as in _dispatch
                 self._queue.popleft()
@@ -435,10 +445,13 @@ class DeviceWorker:
         # "ok": a replayed job's (id, kernel seconds); "done": a reply per job, each (id, "done", kernel
         # seconds, batch size) or (id, "error", ...)
         replies = [(msg[1], "done", msg[2], 1)] if kind == "ok" else msg[1]
+        executions: list[tuple[type[OperatorDesc], int, float]] = []  # (operator, batch size, kernel seconds)
         for reply in replies:
             job = self._inflight.pop(reply[0], None)
             if job is None:
                 continue
+            if reply[1] == "done":
+                executions.append((type(job.op), reply[3], reply[2]))
             if job.future.done():  # the client left while the device worked
                 job.release()
             elif reply[1] == "done":
@@ -447,6 +460,11 @@ class DeviceWorker:
                 _, _, cls, message, fieldname = reply
                 job.release()
                 job.future.set_exception(_error(cls, message, fieldname))
+        if executions and self.on_execution is not None:  # whether or not each job's client stayed
+            # the jobs of one dispatch each report its size: one execution; jobs run alone (a batch
+            # that failed is retried one by one) report 1 each
+            for op, size, seconds in executions[:1] if executions[0][1] > 1 else executions:
+                self.on_execution(op, size, seconds)
 
     def _pin_loop(self, cpu: int | None) -> None:
         """Put the event loop on the CPU of the worker's job thread (see cpu_placement), once."""

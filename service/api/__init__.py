@@ -14,7 +14,7 @@ from ..shared_memory import SharedMemoryRegistry
 from ..slots import SHM_DIR, owner_tag
 from ..supervisor import registry_owner
 from ..worker import DeviceWorker
-from . import errors, health, openapi, statistics, v1, v2, v2_shm
+from . import errors, grpc_descriptors, health, openapi, statistics, v1, v2, v2_settings, v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
 from .metrics import Metrics
@@ -29,6 +29,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = runtime.worker = DeviceWorker(settings)
+        worker.on_execution = runtime.metrics.triton.execution
         worker.start()  # readiness follows when the worker reports its device and shaders
         grpc_server = None
         if settings.grpc_port:
@@ -55,10 +56,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(v1.router)
     app.include_router(health.router)
+    app.include_router(grpc_descriptors.router)
     app.include_router(statistics.router)  # before v2's: /v2/models/stats is no model's metadata
     app.include_router(v2.router)
     app.include_router(v2_shm.router)
     app.include_router(v2_shm.cuda_router)
+    app.include_router(v2_settings.router)
     app.add_middleware(v2.RequestIdMiddleware)
     openapi.install(app)
 

@@ -27,6 +27,7 @@ from ..operators import OPERATORS, descriptor_error
 from .execution import OPERATOR_KEY
 from .metrics import Metrics
 from .runtime import runtime
+from .v2_models import oip_names
 
 log = logging.getLogger("vkact.api")
 
@@ -98,7 +99,7 @@ def _answer(request: Request, status: int, message: str, field: str | None = Non
         if field and not message.startswith(field):
             message = f"{field}: {message}"
         _count(request, status)
-        return ErrorResponse({"error": message}, status_code=status, headers=headers)
+        return ErrorResponse({"error": oip_names(message)}, status_code=status, headers=headers)
     _count(request, status)
     return error_response(status, message, field, headers)
 
@@ -181,4 +182,4 @@ def protocol_error(exc: Exception) -> tuple[int, str]:
         return 500, f"internal error: {type(exc).__name__}"
     if field and not message.startswith(field):
         message = f"{field}: {message}"
-    return (400 if status == 422 else status), message
+    return (400 if status == 422 else status), oip_names(message)

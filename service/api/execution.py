@@ -3,8 +3,10 @@ disconnect handling, and the metrics of one execution (vkact's own and Triton's 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from fastapi import Request
@@ -14,11 +16,16 @@ from starlette.responses import Response
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
 from ..errors import InvalidRequest, PayloadTooLarge, Timeout
+from ..inflight import Claim
 from ..operators import OperatorDesc
 from ..worker import LARGE, Result, Source, copy_into
 from .runtime import Runtime, runtime
+from .v2_encoding import decode_body
+
+Handler = Callable[..., Awaitable[Response]]
 
 
+CLAIM_KEY = "vkact.claim"  # scope key: the request's claim on the budget of bytes in flight (within_budget)
 CONTROL_BODY_BYTES = 1 << 16  # the bodies of control requests (repository, shared memory) are a few bytes
 OPERATOR_KEY = "vkact.operator"  # scope key: the operator (model) a failure from then on counts against
 
@@ -27,18 +34,45 @@ def count_against(request: Request, operator: str) -> None:
     request.scope[OPERATOR_KEY] = operator
 
 
-async def read_body(request: Request, limit: int) -> memoryview:
+def within_budget(handler: Handler) -> Handler:
+    """An inference handler whose request's bytes (its body as received and as inflated) are charged to
+    one claim on the process's budget of bytes in flight (service/inflight.py), given back when the
+    handler returns or raises: by then the body is dropped (tensors live on in the slot, bounded apart)."""
+
+    @functools.wraps(handler)
+    async def within(request: Request, *args: Any, **kwargs: Any) -> Response:
+        claim = request.scope[CLAIM_KEY] = runtime(request).inflight.claim()
+        try:
+            return await handler(request, *args, **kwargs)
+        finally:
+            claim.release()
+
+    return within
+
+
+async def request_body(request: Request, limit: int) -> memoryview:
+    """An inference's body, read and its Content-Encoding undone, within its handler's claim (within_budget)."""
+    claim: Claim = request.scope[CLAIM_KEY]
+    return await decode_body(await read_body(request, limit, claim), request.headers.get("content-encoding"), limit, claim)
+
+
+async def read_body(request: Request, limit: int, claim: Claim | None = None) -> memoryview:
+    """The body as received, at most ``limit`` bytes, charged to ``claim`` as its chunks arrive."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise InvalidRequest(f"Content-Length must be an integer, got {declared!r}", "Content-Length")
         if int(declared) > limit:
             raise PayloadTooLarge(f"the body is {declared} bytes; this service accepts at most {limit}", "Content-Length")
+        if claim is not None and not claim.fits_alone(int(declared)):
+            claim.grow(int(declared))  # 413: more than all requests in flight may hold
     message = await request.receive()
     if message["type"] == "http.request" and not message.get("more_body", False):  # a small body comes whole
         chunk = message.get("body", b"")
         if len(chunk) > limit:
             raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
+        if claim is not None:
+            claim.grow(len(chunk))
         return memoryview(chunk)
     # Filled in place: np.empty maps its pages lazily as chunks arrive, where a zeroed bytearray, or
     # one grown chunk by chunk, would spend tens of milliseconds on the event loop for a large body.
@@ -49,6 +83,8 @@ async def read_body(request: Request, limit: int) -> memoryview:
         end = filled + len(chunk)
         if end > limit:
             raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
+        if claim is not None:
+            claim.grow(len(chunk))  # 503 once the requests in flight hold the budget: the rest is not read
         if end > body.nbytes:  # chunked transfer: grow geometrically
             body = np.concatenate((body[:filled], np.empty(max(end, 2 * body.nbytes) - filled, np.uint8)))
         body[filled:end] = np.frombuffer(chunk, np.uint8)
@@ -175,4 +211,4 @@ def record_success(state: Runtime, op: OperatorDesc, started: float, result: Res
     metrics = state.metrics
     elapsed = time.perf_counter() - started
     metrics.operator(op.type_name()).record(elapsed, result.queue_seconds, result.kernel_seconds, bytes_in, bytes_out)
-    metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds, result.batch_size)
+    metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds)

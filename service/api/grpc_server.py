@@ -15,24 +15,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, UnknownOperator
 from . import grpc_transport as status_codes
 from .errors import count_error, protocol_error
 from .grpc_infer import model_infer
 from .grpc_messages import config_pb, pb
-from .grpc_transport import GrpcTransport, Route, RpcError, Send
+from .grpc_reflection import reflection_routes
+from .grpc_transport import GrpcTransport, Route, RpcError, Send, status_text
 from .metrics import MODEL_VERSION
 from .runtime import Runtime
 from .statistics import model_stats
 from .v2 import EXTENSIONS
-from .v2_models import MODELS, config, find_model, metadata
+from .v2_settings import NO_LOGGING, NO_TRACE_GRPC
+from .model_config import load, model_config, model_metadata, refuse_load_parameters
+from .v2_models import MODELS, find_model
 
 log = logging.getLogger("vkact.grpc")
 
@@ -50,6 +53,7 @@ CODES = {
 SERVICE_NAME = "inference.GRPCInferenceService"
 HEALTH_SERVICE_NAME = "grpc.health.v1.Health"
 HEALTH_POLL_S = 1.0  # how soon health Watch streams see readiness change (Check is always current)
+STREAM_IN_FLIGHT = 128  # requests of one ModelStreamInfer running at once; beyond, each is answered with an error
 
 
 class InferenceServicer:
@@ -69,19 +73,24 @@ class InferenceServicer:
         return pb.ServerReadyResponse(ready=self._ready())
 
     async def ModelReady(self, request: Any) -> Any:
-        find_model(request.name, request.version or None)
+        """An unknown model or version is not ready (ready=false, OK), as Triton answers: readiness
+        probes written for Triton read the flag, not a NOT_FOUND."""
+        try:
+            find_model(request.name, request.version or None)
+        except UnknownOperator:
+            return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=self._ready())
 
     async def ServerMetadata(self, request: Any) -> Any:
         return pb.ServerMetadataResponse(name="vkact", version=self.version, extensions=EXTENSIONS)
 
     async def ModelMetadata(self, request: Any) -> Any:
-        meta = metadata(find_model(request.name, request.version or None))
+        meta = model_metadata(self.state, find_model(request.name, request.version or None))
         tensors = {key: [pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta[key]] for key in ("inputs", "outputs")}
         return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"], **tensors)
 
     async def ModelConfig(self, request: Any) -> Any:
-        model = config(find_model(request.name, request.version or None))
+        model = model_config(self.state, find_model(request.name, request.version or None))
         return pb.ModelConfigResponse(config=json_format.ParseDict(model, config_pb.ModelConfig()))
 
     async def ModelStatistics(self, request: Any) -> Any:
@@ -99,7 +108,14 @@ class InferenceServicer:
         return pb.RepositoryIndexResponse(models=entries)
 
     async def RepositoryModelLoad(self, request: Any) -> Any:
-        find_model(request.model_name)
+        """As POST /v2/repository/models/{model}/load: a ``config`` parameter sets the model's batching."""
+        op = find_model(request.model_name)
+        params = dict(request.parameters)
+        config = params.pop("config", None)
+        if config is not None and config.WhichOneof("parameter_choice") != "string_param":
+            raise InvalidRequest("the config parameter must be a string (Triton's JSON model configuration)", "config")
+        refuse_load_parameters(params)
+        load(self.state, op, config.string_param if config is not None else None)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any) -> Any:
@@ -131,7 +147,53 @@ class InferenceServicer:
     async def CudaSharedMemoryUnregister(self, request: Any) -> Any:
         return pb.CudaSharedMemoryUnregisterResponse()
 
+    # -- trace and log settings: as Triton built without them -------------------------------------
+
+    async def TraceSetting(self, request: Any) -> Any:
+        raise RpcError(status_codes.UNAVAILABLE, NO_TRACE_GRPC)
+
+    async def LogSettings(self, request: Any) -> Any:
+        raise RpcError(status_codes.UNAVAILABLE, NO_LOGGING)
+
     # -- inference --------------------------------------------------------------------------------
+
+    async def ModelStreamInfer(self, requests: AsyncIterator[bytes], send: Send) -> None:
+        """Triton's bidirectional stream: each request runs as a ModelInfer (the same path, counted the
+        same) as soon as it arrives, and its answer is sent when it completes (order of completion),
+        each with its request's id; a request's failure is its response's error_message, and the stream
+        goes on. The call ends, OK, once the client has sent its last request and every answer is out."""
+        running: set[asyncio.Task] = set()
+        try:
+            async for data in requests:
+                if len(running) >= STREAM_IN_FLIGHT:
+                    send(stream_response(error=f"more than {STREAM_IN_FLIGHT} requests of this stream in flight: wait for answers"))
+                    continue
+                task = asyncio.ensure_future(self._stream_one(data, send))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:
+                await asyncio.wait(running)
+        finally:  # the client reset the stream or its deadline passed: its requests go with it
+            for task in running:
+                task.cancel()
+
+    async def _stream_one(self, data: bytes, send: Send) -> None:
+        try:
+            request = pb.ModelInferRequest.FromString(data)
+        except DecodeError:
+            send(stream_response(error="the request is not a inference.ModelInferRequest message"))
+            return
+        # A client that asks for final-response flags (perf_analyzer, for decoupled models) gets Triton's
+        # triton_final_response on each answer: every request has exactly one, its final.
+        flag = request.parameters.get("triton_enable_empty_final_response")
+        final = flag is not None and flag.bool_param
+        try:
+            answer = await self.ModelInfer(request)
+        except RpcError as exc:
+            ids = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version, id=request.id)
+            send(stream_response(error=exc.message, answer=ids.SerializeToString() + (FINAL_FLAG if final else b"")))
+        else:
+            send(stream_response(answer=answer + FINAL_FLAG if final else answer))
 
     async def ModelInfer(self, request: Any) -> bytes:
         started = time.perf_counter()
@@ -176,6 +238,36 @@ class HealthServicer:
             await asyncio.sleep(HEALTH_POLL_S)
 
 
+def _final_flag() -> bytes:
+    """ModelInferResponse's parameters entry (field 4) triton_final_response = bool_param (field 1) true,
+    appended to a serialized response: a map's entries may come in any order."""
+    return _field(4, _field(1, b"triton_final_response") + _field(2, b"\x08\x01"))
+
+
+def stream_response(error: str = "", answer: bytes = b"") -> bytes:
+    """A ModelStreamInferResponse's bytes, the ModelInferResponse already serialized: error_message is
+    field 1, infer_response field 2 (both length-delimited), written as protobuf writes them."""
+    text = status_text(error).encode()
+    return (_field(1, text) if text else b"") + _field(2, answer)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (its number below 16) as protobuf writes it."""
+    return bytes([number << 3 | 2]) + _varint(len(payload)) + payload
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+FINAL_FLAG = _final_flag()
+
+
 def unary(method: Callable[[Any], Awaitable[Any]], request_type: Any) -> Route:
     parse = request_type.FromString
 
@@ -202,15 +294,16 @@ def streaming(method: Callable[[Any, Send], Awaitable[None]], request_type: Any)
 
 
 def routes(servicer: InferenceServicer, health: HealthServicer) -> dict[str, Route]:
-    """Each :path vkact answers: every GRPCInferenceService method InferenceServicer defines (the others,
-    ModelStreamInfer and the trace/log settings, are UNIMPLEMENTED) and the health service."""
+    """Each :path vkact answers: every GRPCInferenceService method (ModelStreamInfer bidirectional, the
+    others unary), the health service and server reflection."""
     table = {}
     for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
-        handler = getattr(servicer, method.name, None)
-        if handler is not None:
-            table[f"/{SERVICE_NAME}/{method.name}"] = unary(handler, getattr(pb, method.input_type.name))
+        handler = getattr(servicer, method.name)
+        path = f"/{SERVICE_NAME}/{method.name}"
+        table[path] = Route(bidi=handler) if method.client_streaming else unary(handler, getattr(pb, method.input_type.name))
     table[f"/{HEALTH_SERVICE_NAME}/Check"] = unary(health.Check, health_pb2.HealthCheckRequest)
     table[f"/{HEALTH_SERVICE_NAME}/Watch"] = streaming(health.Watch, health_pb2.HealthCheckRequest)
+    table.update(reflection_routes((SERVICE_NAME, HEALTH_SERVICE_NAME)))
     return table
 
 
@@ -224,7 +317,8 @@ class GrpcServer:
         # port answers connections beyond it with 503: a flood cannot pile up handlers.
         self.transport = GrpcTransport(routes(InferenceServicer(state, version), HealthServicer(state)), self._error_status,
                                        max_message=settings.max_body_bytes,  # the HTTP body limit
-                                       max_calls=settings.max_connections, max_connections=settings.max_connections)
+                                       max_calls=settings.max_connections, max_connections=settings.max_connections,
+                                       budget=state.inflight)
         self.address = f"[{settings.host}]:{settings.grpc_port}" if ":" in settings.host else f"{settings.host}:{settings.grpc_port}"
 
     def _error_status(self, exc: BaseException) -> tuple[int, str]:

@@ -4,15 +4,22 @@ h2grpc.c), calls in Python. grpcio's asyncio server spent ~80% of vkact's gRPC C
 one ``receive``, one task and one ``reply``.
 
 A route is the answer to one ``:path``: ``unary`` maps the request message's bytes to the answer's bytes;
-``streaming`` gets the request's bytes and a ``send`` for each answer message (grpc.health.v1 Watch).
+``streaming`` gets the request's bytes and a ``send`` for each answer message (grpc.health.v1 Watch);
+``bidi`` gets the request messages as they arrive (an async iterator that ends with the client's half
+of the stream) and a ``send`` (ModelStreamInfer, reflection): h2grpc hands over each message as it
+completes, and the budget holds it until the call has taken it.
 Failures become grpc-status and grpc-message through ``error_status``; the client's deadline
 (grpc-timeout) cancels the call with DEADLINE_EXCEEDED, a client's reset cancels it silently.
 
 Bounds: ``max_calls`` calls at once over all connections (RESOURCE_EXHAUSTED beyond, as grpcio's
 maximum_concurrent_rpcs), ``max_connections`` connections (closed at once beyond), ``max_streams``
 streams per connection (HTTP/2 SETTINGS: the client queues beyond), ``max_message`` bytes a message
-(RESOURCE_EXHAUSTED beyond, without buffering it), and a connection stops being read while its
-answers wait for the client to read them."""
+(RESOURCE_EXHAUSTED beyond, without buffering it), a message's bytes and what it inflates to within
+the process's budget of bytes in flight (``budget``, service/inflight.py, shared with the HTTP side):
+partial messages as they arrive (RESOURCE_EXHAUSTED for one that would pass it), a whole message and
+its inflation by its call (UNAVAILABLE while other requests hold the budget); and a connection stops
+being read while its answers wait for the client to read them. A message's memory follows the bytes
+that arrived (h2grpc grows it as DATA comes), never what its prefix announces."""
 from __future__ import annotations
 
 import asyncio
@@ -20,11 +27,13 @@ import functools
 import logging
 import re
 import socket
-import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..inflight import Claim, InflightBudget
 from ..native import h2grpc
+from .v2_encoding import Inflater
 
 log = logging.getLogger("vkact.grpc")
 
@@ -39,6 +48,7 @@ Send = Callable[[bytes], None]
 class Route:
     unary: Callable[[bytes], Awaitable[bytes]] | None = None
     streaming: Callable[[bytes, Send], Awaitable[None]] | None = None
+    bidi: Callable[[AsyncIterator[bytes | memoryview], Send], Awaitable[None]] | None = None  # read by h2grpc
 
 
 #: ``error_status(exc)`` -> (gRPC status code, message) for a call that raised.
@@ -48,7 +58,12 @@ _PROBLEMS = {  # h2grpc's reason for a body that is not one whole message
     "too-large": (RESOURCE_EXHAUSTED, "the request message is larger than the server accepts ({limit} bytes)"),
     "extra": (INVALID_ARGUMENT, "a unary request carries more than one message"),
     "incomplete": (INTERNAL, "the request stream ended inside its message"),
+    "over-budget": (RESOURCE_EXHAUSTED, "the server holds as many partially received request bytes as it may; retry later"),
 }
+#: grpc-message's length before percent-encoding: an error that echoes the client's input (a 70,000-byte
+#: service name) is elided to this, so its trailer fits grpc-core's 8-16 KiB metadata limit (h2grpc
+#: cuts any grpc-message at 4,096 bytes besides).
+MAX_STATUS_MESSAGE = 1024
 _TIMEOUT = re.compile(rb"(\d{1,8})([HMSmun])")
 _UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
@@ -64,10 +79,19 @@ def percent_encoded(message: str) -> bytes:
     return b"".join(bytes([b]) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in message.encode("utf-8", "replace"))
 
 
+def status_text(message: str) -> str:
+    """``message`` within MAX_STATUS_MESSAGE characters: its middle (where an echoed input sits) elided."""
+    if len(message) <= MAX_STATUS_MESSAGE:
+        return message
+    head, tail = MAX_STATUS_MESSAGE // 2, MAX_STATUS_MESSAGE // 4
+    return f"{message[:head]} ... ({len(message) - head - tail} characters elided) ... {message[-tail:]}"
+
+
 class GrpcTransport:
     def __init__(self, routes: dict[str, Route], error_status: ErrorStatus, *, max_message: int, max_calls: int,
-                 max_connections: int, max_streams: int = 128, window: int = 4 << 20) -> None:
+                 max_connections: int, budget: InflightBudget, max_streams: int = 128, window: int = 4 << 20) -> None:
         self.routes = {path.encode(): route for path, route in routes.items()}
+        self.budget = budget  # request bytes in flight, shared with the HTTP side (service/inflight.py)
         self.error_status = error_status
         self.max_message, self.max_calls, self.max_connections = max_message, max_calls, max_connections
         self.max_streams, self.window = max_streams, window
@@ -108,6 +132,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.calls: dict[int, asyncio.Task] = {}
         self.expired: set[int] = set()  # calls their deadline cancelled: answered DEADLINE_EXCEEDED
+        self.reserved = 0  # bytes of the budget this connection holds: its partial messages, whole ones until a call takes them
+        self.requests: dict[int, tuple[asyncio.Queue, Claim]] = {}  # a bidi call's messages not yet taken (None: the end)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -128,31 +154,83 @@ class _Connection(asyncio.Protocol):
         session = self.session
         if session is None:
             return
+        budget = self.server.budget
+        session.room = self.reserved + max(0, budget.limit - budget.held)  # partial messages grow into what is left
         try:
             events = session.receive(data)
-        except h2grpc.H2Error as exc:  # nghttp2 has queued its GOAWAY: send it, then close
-            log.debug("gRPC connection closed: %s", exc)
+        except (h2grpc.H2Error, MemoryError) as exc:  # nghttp2 has queued its GOAWAY: send it, then close
+            log.debug("gRPC connection closed: %r", exc)
+            self._charge(session.buffered)
             self.flush()
             self.close()
             return
+        # held now: the partial messages, and the whole ones until their calls take them over
+        self._charge(session.buffered + sum(len(message) for _, route, message, _, _ in events if route is not None and message is not None))
         for stream_id, route, message, timeout, encoding in events:
             if route is None:  # the client reset a call in progress
                 task = self.calls.pop(stream_id, None)
                 if task is not None:
                     task.cancel()
+            elif route.bidi is not None and (message is not None or encoding == "end"):
+                self._stream_message(stream_id, route, message, timeout, encoding)
             elif message is None:
+                task = self.calls.get(stream_id)  # a bidi call under way: its stream ends here
+                if task is not None:
+                    task.cancel()
                 code, text = _PROBLEMS.get(encoding, (INTERNAL, "malformed request stream"))
                 self.finish(stream_id, code, text.format(limit=self.server.max_message))
-            elif self.server.calls >= self.server.max_calls:
-                self.finish(stream_id, RESOURCE_EXHAUSTED, f"more than {self.server.max_calls} calls at once (VKACT_MAX_CONNECTIONS)")
             else:
-                self.server.calls += 1
-                task = self.loop.create_task(self._call(stream_id, route, message, timeout, encoding))
-                # the bookkeeping in a done callback: a task cancelled before its first step (a request
-                # and its reset in one read) never runs its coroutine's finally
-                task.add_done_callback(functools.partial(self._ended, stream_id))
-                self.calls[stream_id] = task
+                claim = self._start(stream_id, route, message, timeout, encoding)
+                if claim is None:
+                    self._charge(self.reserved - len(message))
+                else:
+                    self._hand_over(claim, message)
         self.flush()
+
+    def _start(self, stream_id: int, route: Route, message: bytes | None, timeout: bytes | None, encoding: bytes | None) -> Claim | None:
+        """The call's task, with its claim on the budget; None (answered RESOURCE_EXHAUSTED) beyond max_calls."""
+        if self.server.calls >= self.server.max_calls:
+            self.finish(stream_id, RESOURCE_EXHAUSTED, f"more than {self.server.max_calls} calls at once (VKACT_MAX_CONNECTIONS)")
+            return None
+        self.server.calls += 1
+        claim = self.server.budget.claim()  # the message's bytes, and what they inflate to, while the call runs
+        task = self.loop.create_task(self._call(stream_id, route, message, timeout, encoding, claim))
+        # the bookkeeping in a done callback: a task cancelled before its first step (a request
+        # and its reset in one read) never runs its coroutine's finally
+        task.add_done_callback(functools.partial(self._ended, stream_id, claim))
+        self.calls[stream_id] = task
+        return claim
+
+    def _hand_over(self, claim: Claim, message: bytes) -> None:
+        """``message``'s bytes pass from this connection's share of the budget to its call's claim."""
+        claim.adopt(len(message))
+        self.reserved -= len(message)
+
+    def _stream_message(self, stream_id: int, route: Route, message: bytes | None, timeout: bytes | None, encoding: object) -> None:
+        """A bidi call's message (None: the client's end of its requests); the first one starts the call."""
+        entry = self.requests.get(stream_id)
+        if entry is None:
+            claim = self._start(stream_id, route, None, timeout, None)
+            if claim is None:
+                if message is not None:
+                    self._charge(self.reserved - len(message))
+                return
+            entry = self.requests[stream_id] = (asyncio.Queue(), claim)
+        if message is not None:
+            self._hand_over(entry[1], message)
+        entry[0].put_nowait(None if message is None else (message, encoding))
+
+    async def _messages(self, stream_id: int) -> AsyncIterator[bytes | memoryview]:
+        """A bidi call's messages, inflated; each leaves the budget once the call has taken it."""
+        requests, claim = self.requests[stream_id]
+        while (item := await requests.get()) is not None:
+            message, encoding = item
+            size = len(message)
+            if encoding is not None:  # inflating up to max_message bytes: off the event loop
+                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message, claim)
+                size = len(message)
+            yield message
+            claim.shrink(size)
 
     def pause_writing(self) -> None:  # answers wait for the client: read no more requests meanwhile
         if self.transport is not None:
@@ -162,8 +240,18 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
+    def _charge(self, held: int) -> None:
+        """This connection's share of the budget becomes ``held`` bytes (what it received and still holds)."""
+        budget = self.server.budget
+        delta, self.reserved = held - self.reserved, held
+        if delta < 0:
+            budget.release(-delta)
+        elif delta and not budget.try_reserve(delta):
+            budget.release(-delta)  # within the room set before the read; a thread took some since: count it anyway
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        self._charge(0)
         for task in self.calls.values():
             task.cancel()
         self.calls.clear()
@@ -171,22 +259,28 @@ class _Connection(asyncio.Protocol):
 
     # -- calls ----------------------------------------------------------------------------------
 
-    async def _call(self, stream_id: int, route: Route, message: bytes, timeout: bytes | None, encoding: bytes | None) -> None:
+    async def _call(self, stream_id: int, route: Route, message: bytes | None, timeout: bytes | None, encoding: bytes | None,
+                    claim: Claim) -> None:
         deadline = None
         try:
             if encoding is not None:  # inflating up to max_message bytes: off the event loop
-                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message)
+                assert message is not None
+                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message, claim)
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
                 if seconds is None:
                     raise RpcError(INTERNAL, f"malformed grpc-timeout {timeout!r}")
                 deadline = self.loop.call_later(seconds, self._expire, stream_id)
             if route.unary is not None:
+                assert message is not None
                 answer = await route.unary(message)
                 if self.session is not None:
                     self.session.reply(stream_id, answer)
+            elif route.bidi is not None:
+                await route.bidi(self._messages(stream_id), lambda m: self._send(stream_id, m))
+                self.finish(stream_id, OK, "")
             else:
-                assert route.streaming is not None
+                assert route.streaming is not None and message is not None
                 await route.streaming(message, lambda m: self._send(stream_id, m))
                 self.finish(stream_id, OK, "")
         except asyncio.CancelledError:
@@ -200,11 +294,13 @@ class _Connection(asyncio.Protocol):
             if deadline is not None:
                 deadline.cancel()
 
-    def _ended(self, stream_id: int, task: asyncio.Task) -> None:
+    def _ended(self, stream_id: int, claim: Claim, task: asyncio.Task) -> None:
+        claim.release()
         self.server.calls -= 1
         if self.calls.get(stream_id) is task:
             del self.calls[stream_id]
         self.expired.discard(stream_id)
+        self.requests.pop(stream_id, None)  # its messages not taken leave the budget with the claim
         self.flush()
 
     def _expire(self, stream_id: int) -> None:
@@ -220,7 +316,7 @@ class _Connection(asyncio.Protocol):
 
     def finish(self, stream_id: int, code: int, message: str) -> None:
         if self.session is not None:
-            self.session.finish(stream_id, code, percent_encoded(message) if message else b"")
+            self.session.finish(stream_id, code, percent_encoded(status_text(message)) if message else b"")
 
     def flush(self) -> None:
         session, transport = self.session, self.transport
@@ -249,23 +345,20 @@ class RpcError(Exception):
         self.code, self.message = code, message
 
 
-def _decompressed(message: bytes, encoding: bytes, limit: int) -> bytes:
+def _decompressed(message: bytes, encoding: bytes, limit: int, claim: Claim) -> bytes | memoryview:
     """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
-    ``limit`` bytes: a small bomb cannot grow past the message bound."""
+    ``limit`` bytes within ``claim`` (which holds the compressed bytes, given back once inflated): a small
+    bomb grows past neither the message bound nor the budget of bytes in flight (v2_encoding.Inflater)."""
     if encoding == b"":
         raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
-    if encoding == b"gzip":
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    elif encoding == b"deflate":
-        inflater = zlib.decompressobj()
-    else:
+    if encoding not in (b"gzip", b"deflate"):
         raise RpcError(UNIMPLEMENTED, f"grpc-encoding {encoding.decode('latin-1')!r} is not supported (gzip, deflate, identity)")
+    inflater = Inflater(message, encoding.decode(), limit, claim, "request message")
     try:
-        out = inflater.decompress(message, limit + 1)
-    except zlib.error as exc:
-        raise RpcError(INTERNAL, f"the {encoding.decode()} message does not inflate: {exc}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise RpcError(RESOURCE_EXHAUSTED, f"the request message inflates past {limit} bytes")
-    return out
-
-
+        inflater.rest()
+    except InvalidRequest as exc:
+        raise RpcError(INTERNAL, exc.message) from None
+    except PayloadTooLarge as exc:
+        raise RpcError(RESOURCE_EXHAUSTED, exc.message) from None
+    claim.shrink(len(message))
+    return inflater.result()

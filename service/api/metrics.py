@@ -138,10 +138,13 @@ class _ModelStats:
     nv_inference_request_duration_us: float = 0
     nv_inference_queue_duration_us: float = 0
     nv_inference_compute_infer_duration_us: float = 0
+    nv_inference_compute_input_duration_us: float = 0
+    nv_inference_compute_output_duration_us: float = 0
     nv_inference_pending_request_count: float = 0
     # for the statistics extension only (not rendered as metrics)
     failure_duration_us: float = 0
     last_inference_ms: int = 0  # ms since the epoch of the last answered inference, success or failure
+    batches: dict[int, list[float]] = field(default_factory=dict)  # batch size -> [executions, kernel us]
 
 
 _HELP = {
@@ -152,6 +155,8 @@ _HELP = {
     "nv_inference_request_duration_us": ("counter", "Cumulative inference request duration in microseconds"),
     "nv_inference_queue_duration_us": ("counter", "Cumulative inference queuing duration in microseconds"),
     "nv_inference_compute_infer_duration_us": ("counter", "Cumulative compute inference duration in microseconds"),
+    "nv_inference_compute_input_duration_us": ("counter", "Cumulative compute input duration in microseconds (the host's work around the dispatch)"),
+    "nv_inference_compute_output_duration_us": ("counter", "Cumulative compute output duration in microseconds (0: within compute input)"),
     "nv_inference_pending_request_count": ("gauge", "Instantaneous number of pending requests awaiting execution per-model"),
 }
 
@@ -195,15 +200,23 @@ class TritonMetrics:
         s.failure_duration_us += seconds * 1e6
         s.last_inference_ms = time.time_ns() // 1_000_000
 
-    def success(self, op: OperatorDesc, seconds: float, queue_seconds: float, kernel_seconds: float, batch_size: int = 1) -> None:
+    def success(self, op: OperatorDesc, seconds: float, queue_seconds: float, kernel_seconds: float) -> None:
         s = self._stats(op)
         s.nv_inference_request_success += 1
         s.nv_inference_count += 1
-        s.nv_inference_exec_count += 1 / batch_size  # one execution per batch, as Triton counts them
         s.nv_inference_request_duration_us += seconds * 1e6
         s.nv_inference_queue_duration_us += queue_seconds * 1e6
         s.nv_inference_compute_infer_duration_us += kernel_seconds * 1e6
+        s.nv_inference_compute_input_duration_us += max(0.0, seconds - queue_seconds - kernel_seconds) * 1e6
         s.last_inference_ms = time.time_ns() // 1_000_000
+
+    def execution(self, op: type[OperatorDesc], batch_size: int, kernel_seconds: float) -> None:
+        """One dispatch the device answered (DeviceWorker.on_execution): ``batch_size`` jobs in it."""
+        s = self._stats(op)
+        s.nv_inference_exec_count += 1
+        counts = s.batches.setdefault(batch_size, [0, 0.0])
+        counts[0] += 1
+        counts[1] += kernel_seconds * 1e6
 
     def render(self) -> bytes:
         lines = []
@@ -221,14 +234,15 @@ class TritonMetrics:
         work around the dispatch (decoding inputs, copies, encoding outputs) is compute_input, and
         compute_output, which vkact does not time apart, has the same count and 0 ns. fail's ns are
         those gRPC measures (an HTTP failure is answered by the error handlers, which know no start
-        time: it adds 0 ns). Each success is one inference; execution_count counts dispatches (a
-        dynamic batch is one)."""
+        time: it adds 0 ns). Each success is one inference; execution_count counts the dispatches the
+        device answered (a dynamic batch is one), and batch_stats splits them by size: compute_infer
+        is each dispatch's time, compute_input and compute_output count them with 0 ns (not timed
+        per dispatch)."""
         names = sorted(self._models) if model is None else [model]
         out = []
         for name in names:
             s = self._models[name]
             ok = int(s.nv_inference_request_success)
-            host_us = max(0.0, s.nv_inference_request_duration_us - s.nv_inference_queue_duration_us - s.nv_inference_compute_infer_duration_us)
 
             def span(count: int, us: float) -> dict[str, int]:
                 return {"count": count, "ns": round(us * 1000)}
@@ -243,13 +257,16 @@ class TritonMetrics:
                     "success": span(ok, s.nv_inference_request_duration_us),
                     "fail": span(int(s.nv_inference_request_failure), s.failure_duration_us),
                     "queue": span(ok, s.nv_inference_queue_duration_us),
-                    "compute_input": span(ok, host_us),
+                    "compute_input": span(ok, s.nv_inference_compute_input_duration_us),
                     "compute_infer": span(ok, s.nv_inference_compute_infer_duration_us),
                     "compute_output": span(ok, 0.0),
                     "cache_hit": span(0, 0.0),
                     "cache_miss": span(0, 0.0),
                 },
-                "batch_stats": [],
+                "batch_stats": [
+                    {"batch_size": size, "compute_input": span(n, 0.0), "compute_infer": span(n, us), "compute_output": span(n, 0.0)}
+                    for size, (n, us) in sorted(s.batches.items())
+                ],
                 "memory_usage": [],
                 "response_stats": {},
             })

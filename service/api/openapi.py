@@ -7,6 +7,9 @@ pydantic models that validate it, the responses in their real shapes, and the er
 service/api/errors.py writes them (``{"error", "field"}`` on /v1, ``{"error"}`` on /v2) with the codes
 they come with, in place of FastAPI's 422 ``{"detail"}``, which the service never sends.
 
+Each POST route carries examples that work as written, and each path parameter a value
+(openapi_examples), so Swagger's "Try it out" succeeds out of the box.
+
 Swagger UI and ReDoc come from the fastapi-offline wheel's static files, so /docs works offline.
 """
 from __future__ import annotations
@@ -26,6 +29,8 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
 from ..descriptors.tensor import TensorDesc
 from ..operators import OperatorDescriptor
+from .openapi_examples import PATH_PARAMETERS
+from .openapi_examples import bodies as example_bodies
 from .v1 import ExecuteRequest
 from .v2_codec import InferenceRequest
 from .v2_shm import RegisterRequest
@@ -124,6 +129,7 @@ _ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v2/systemsharedmemory/region/{name}/register"): (400,),
     ("post", "/v2/cudasharedmemory/region/{name}/register"): (400,),
     ("post", "/v2/repository/index"): (400,),
+    ("post", "/v2/repository/models/{model}/load"): (400, 404),
     ("get", "/v1/device"): (503,),
 }
 
@@ -155,6 +161,7 @@ def build(app: FastAPI) -> dict[str, Any]:
     doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     _, defs = models_json_schema([(m, "validation") for m in _MODELS], ref_template="#/components/schemas/{model}")
     schemas = {**defs["$defs"]}
+    examples = example_bodies()
     for path, operations in doc["paths"].items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
@@ -168,6 +175,12 @@ def build(app: FastAPI) -> dict[str, Any]:
             if path in _RESPONSES:
                 ok = responses.setdefault("200", {"description": "Successful Response"})
                 ok["content"] = {"application/json": {"schema": _ref(_RESPONSES[path])}, BINARY_CONTENT_TYPE: _FRAME}
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path" and parameter["name"] in PATH_PARAMETERS:
+                    parameter["example"] = PATH_PARAMETERS[parameter["name"]]
+            if method == "post" and path in examples:
+                body = operation.setdefault("requestBody", {"required": False, "content": {"application/json": {"schema": {"type": "object"}}}})
+                body["content"]["application/json"]["examples"] = examples[path]
             codes = _ERRORS.get((method, path), (404,) if "{" in path else ())
             for code in codes:
                 responses[str(code)] = {"description": _ERROR_TEXT[code],

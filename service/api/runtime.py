@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import HTTPConnection
 
 from ..config import Settings
+from ..inflight import InflightBudget
 from ..shared_memory import SharedMemoryRegistry
 from .header_cache import HeaderCache
 from .metrics import Metrics
 
 if TYPE_CHECKING:
+    from ..operators import OperatorDesc
     from ..worker import DeviceWorker
+    from .model_config import Batching
 
 
 @dataclass
@@ -29,6 +32,11 @@ class Runtime:
     v2_headers: HeaderCache[Any]
     worker: DeviceWorker | None = None  # set when the app starts (its lifespan), with the event loop
     grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
+    batching: dict[type[OperatorDesc], Batching] = field(default_factory=dict)  # set by load_model with a config
+    inflight: InflightBudget = field(init=False)  # request bytes in flight, HTTP's and gRPC's (VKACT_INFLIGHT_BYTES)
+
+    def __post_init__(self) -> None:
+        self.inflight = InflightBudget(self.settings.inflight_limit)
 
 
 def runtime(connection: HTTPConnection) -> Runtime:

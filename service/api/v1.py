@@ -27,11 +27,10 @@ from ..errors import DescriptorError, NotReady
 from ..operators import OperatorDesc, descriptor_error, parse_operator
 from ..worker import DeviceWorker, pickled
 from .catalog import catalog
-from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, read_body, run_on_device
+from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
 from .header_cache import HeaderCache
 from .json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
 from .runtime import device_worker, runtime
-from .v2_encoding import decode_body
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -151,6 +150,7 @@ def parse_body(raw: memoryview, tail: memoryview, max_tensor_bytes: int, max_jso
 
 
 @router.post("/execute", summary="Run one DirectML activation operator on the device")
+@within_budget
 async def execute(request: Request) -> Response:
     # The state is read directly, not through Depends: FastAPI's dependency solving is about a sixth
     # of this route's own time for a small request (measured in-process).
@@ -159,7 +159,7 @@ async def execute(request: Request) -> Response:
     worker = device_worker(request)
     limit = state.settings.max_body_bytes
     # Content-Encoding as /v2 takes it (gzip, deflate; 415 for others), not read as UTF-8 JSON
-    body = await decode_body(await read_body(request, limit), request.headers.get("content-encoding"), limit)
+    body = await request_body(request, limit)
     header_length = request.headers.get(HEADER_LENGTH)
     raw, tail = frame_parts(body, header_length)
     if not worker.ready or worker.info is None:

@@ -17,18 +17,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
-from ..errors import InvalidRequest, NotReady, VkactError
+from ..errors import InvalidRequest, NotReady, UnknownOperator, VkactError
 from ..operators import OperatorDesc
 from ..shared_memory import Region, SharedMemoryRegistry
 from ..worker import pickled
-from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, run_on_device
+from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
 from .runtime import device_worker, runtime
 from .json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
-from .v2_encoding import choose_encoding, compress, decode_body
-from .v2_models import MODELS, config, find_model, metadata
+from .v2_encoding import choose_encoding, compress
+from .model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters
+from .v2_models import MODELS, find_model
 from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
@@ -87,37 +88,45 @@ async def server_metadata(request: Request) -> dict[str, Any]:
 
 
 @router.get("/models/{model}", summary="Model metadata")
-async def model_metadata(model: str) -> dict[str, Any]:
-    return metadata(find_model(model))
+async def model_metadata(request: Request, model: str) -> dict[str, Any]:
+    return served_metadata(runtime(request), find_model(model))
 
 
 @router.get("/models/{model}/versions/{version}", summary="Model metadata of one version")
-async def model_version_metadata(model: str, version: str) -> dict[str, Any]:
-    return metadata(find_model(model, version))
+async def model_version_metadata(request: Request, model: str, version: str) -> dict[str, Any]:
+    return served_metadata(runtime(request), find_model(model, version))
 
 
 @router.get("/models/{model}/ready", summary="Model readiness")
 async def model_ready(request: Request, model: str) -> JSONResponse:
-    find_model(model)
-    ok = _ready(request)
-    return JSONResponse({"name": model, "ready": ok}, status_code=200 if ok else 503)
+    return _model_ready(request, {"name": model})
 
 
 @router.get("/models/{model}/versions/{version}/ready", summary="Model readiness of one version")
 async def model_version_ready(request: Request, model: str, version: str) -> JSONResponse:
-    find_model(model, version)
+    return _model_ready(request, {"name": model, "version": version})
+
+
+def _model_ready(request: Request, answer: dict[str, Any]) -> JSONResponse:
+    """$model_ready_response. An unknown model or version is not ready: ``ready`` false (404, with the
+    reason in ``error``), as gRPC's ModelReady answers ready=false, so a probe that reads the flag
+    works on either protocol."""
+    try:
+        find_model(answer["name"], answer.get("version"))
+    except UnknownOperator as exc:
+        return JSONResponse({**answer, "ready": False, "error": str(exc)}, status_code=404)
     ok = _ready(request)
-    return JSONResponse({"name": model, "version": version, "ready": ok}, status_code=200 if ok else 503)
+    return JSONResponse({**answer, "ready": ok}, status_code=200 if ok else 503)
 
 
 @router.get("/models/{model}/config", summary="Model configuration (Triton's, as perf_analyzer reads it)")
-async def model_config(model: str) -> dict[str, Any]:
-    return config(find_model(model))
+async def model_config(request: Request, model: str) -> dict[str, Any]:
+    return served_config(runtime(request), find_model(model))
 
 
 @router.get("/models/{model}/versions/{version}/config", summary="Model configuration of one version")
-async def model_version_config(model: str, version: str) -> dict[str, Any]:
-    return config(find_model(model, version))
+async def model_version_config(request: Request, model: str, version: str) -> dict[str, Any]:
+    return served_config(runtime(request), find_model(model, version))
 
 
 # -- model repository ---------------------------------------------------------------------------------
@@ -147,9 +156,28 @@ async def repository_index(request: Request) -> list[dict[str, Any]]:
     return [{"name": name, "version": MODEL_VERSION, "state": state, "reason": reason} for name in MODELS]
 
 
-@router.post("/repository/models/{model}/load", summary="Load a model: every model is always loaded")
-async def load_model(model: str) -> Response:
-    find_model(model)
+@router.post("/repository/models/{model}/load", summary="Load a model: every model is always loaded; a config sets its batching")
+async def load_model(request: Request, model: str) -> Response:
+    """Triton's load: no body (or no ``config`` parameter) restores the model's batching; ``parameters.config``
+    (Triton's JSON model configuration, as a string) sets max_batch_size and dynamic_batching, and
+    is refused with 400 if it changes anything else."""
+    op = find_model(model)
+    body = await read_body(request, CONTROL_BODY_BYTES)
+    try:
+        options: Any = load_header(body, CONTROL_BODY_BYTES) if bytes(body).strip() else {}
+    except VkactError:
+        raise
+    except ValueError:  # CodecError: not JSON, nested too deeply
+        options = None
+    params = options.get("parameters", {}) if isinstance(options, dict) else None
+    if not isinstance(params, dict):
+        raise InvalidRequest('the body must be empty or {"parameters": {"config": "<model configuration JSON>"}}', "parameters")
+    params = dict(params)
+    config = params.pop("config", None)
+    if config is not None and not isinstance(config, str):
+        raise InvalidRequest("the config parameter must be a string (Triton's JSON model configuration)", "config")
+    refuse_load_parameters(params)
+    load_config(runtime(request), op, config)
     return Response()
 
 
@@ -218,6 +246,7 @@ def _parse(body: memoryview, header_length: str | None, model: type[OperatorDesc
     return req, tail, build_operator(model, req, max_tensor_bytes)
 
 
+@within_budget
 async def _infer(request: Request, model: str, version: str | None) -> Response:
     started = time.perf_counter()
     model_class = find_model(model, version)
@@ -229,7 +258,7 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     limit = state.settings.max_body_bytes
     max_tensor_bytes = worker.info["max_tensor_bytes"]
     headers = request.headers
-    body = await decode_body(await read_body(request, limit), headers.get("content-encoding"), limit)
+    body = await request_body(request, limit)
     header_length = headers.get(HEADER_LENGTH)
     cache: HeaderCache[_Parsed] = state.v2_headers
     key = parsed = None

@@ -4,13 +4,16 @@ Large bodies are (de)compressed in a thread (zlib releases the GIL), so the even
 from __future__ import annotations
 
 import asyncio
+import mmap
 import zlib
 
 import numpy as np
 
-from ..errors import InvalidRequest, PayloadTooLarge
+from ..errors import Busy, InvalidRequest, PayloadTooLarge
+from ..inflight import SETTING, Claim
 
 LARGE = 1 << 20
+MAPPED = 1 << 20
 COMPRESS_LEVEL = 1  # tensors are mostly float mantissas, which barely compress: a higher level costs CPU for little
 
 
@@ -19,23 +22,41 @@ class UnsupportedEncoding(InvalidRequest):
     headers = {"Accept-Encoding": "gzip, deflate"}  # RFC 7694: what the server does accept
 
 
-class _Inflater:
-    """One compressed body undone in steps of at most ``STEP`` output bytes into a buffer that grows as
-    they come (np.empty: pages are mapped as they are written): past ``limit`` bytes it stops, 413,
-    without making the rest; the peak is the output so far and one step."""
+def _buffer(nbytes: int) -> np.ndarray:
+    """An output buffer; past MAPPED bytes in an anonymous mapping of its own, whose pages are mapped as
+    they are written and all given back to the kernel when the array dies. malloc'd, a buffer under
+    glibc's adaptive mmap threshold (up to 32 MiB) stays in the heap of the thread that freed it: 32
+    bombs at once took the peak 68 MiB past the budget that way, 12 MiB with mappings (measured)."""
+    if nbytes < MAPPED:
+        return np.empty(nbytes, np.uint8)
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), np.uint8)
+
+
+class Inflater:
+    """One compressed body undone in steps of at most ``STEP`` output bytes, within the request's claim
+    on the process's budget of bytes in flight (service/inflight.py).
+
+    The output goes into a buffer that grows as it comes (np.empty: pages are mapped as they are
+    written), each step charged to ``claim``. Where the budget has no room for more (other requests
+    hold it), or gzip's trailer already announces more than ``limit``, nothing more is kept: the rest is
+    inflated only to be counted, so the answer is still the true one, 413 as soon as ``limit`` is
+    passed, else 503 with Retry-After (it would have fit alone). Memory is then one step per thread,
+    however many bombs arrive at once. ``noun`` names what is inflated in messages (body, message)."""
 
     STEP = 1 << 20
 
-    def __init__(self, data: memoryview, coding: str, limit: int) -> None:
-        self.data, self.coding, self.limit = data, coding, limit
+    def __init__(self, data: memoryview | bytes, coding: str, limit: int, claim: Claim, noun: str = "body") -> None:
+        self.data, self.coding, self.limit, self.claim, self.noun = data, coding, limit, claim, noun
         # 'deflate' is a zlib stream (RFC 9110), as tritonclient sends it; some clients send a bare one
         self.wbits = 31 if coding == "gzip" else (15 if data[:1] and data[0] & 0x0F == 8 and int.from_bytes(data[:2], "big") % 31 == 0 else -15)
         self.stream = zlib.decompressobj(self.wbits)
         self.pending: memoryview | bytes = data
-        # gzip's trailer gives the size (mod 2**32): taken as a first guess, it saves the copies of growing
+        # gzip's trailer gives the size (mod 2**32): taken as a first guess, it saves the copies of
+        # growing; past the limit, the stream is counted from the start (a valid one is that large)
         size_hint = int.from_bytes(data[-4:], "little") if coding == "gzip" and len(data) >= 18 else 0
-        self.out = np.empty(min(size_hint, limit), np.uint8)
-        self.filled = 0
+        self.out: np.ndarray | None = _buffer(size_hint) if size_hint <= limit else None
+        self.filled = 0   # bytes made so far, kept or only counted
+        self.kept = 0     # bytes of ``out`` charged to the claim
 
     def step(self) -> bool:
         """Inflate up to STEP bytes more; True once the stream has ended."""
@@ -45,45 +66,67 @@ class _Inflater:
             if self.wbits == 15 and self.filled == 0:  # a bare deflate stream that looked like a zlib header
                 self.wbits, self.stream, self.pending = -15, zlib.decompressobj(-15), self.data
                 return self.step()
-            raise InvalidRequest(f"the body is not valid {self.coding} data: {exc}", "Content-Encoding") from None
+            raise InvalidRequest(f"the {self.noun} is not valid {self.coding} data: {exc}", "Content-Encoding") from None
         self.pending = self.stream.unconsumed_tail
         end = self.filled + len(chunk)
         if end > self.limit:
-            raise PayloadTooLarge(f"the decompressed body exceeds {self.limit} bytes", "Content-Encoding")
-        if end > self.out.nbytes:
-            grown = np.empty(min(self.limit, max(end, 2 * self.out.nbytes)), np.uint8)
-            grown[: self.filled] = self.out[: self.filled]
-            self.out = grown
-        self.out[self.filled : end] = np.frombuffer(chunk, np.uint8)
+            raise PayloadTooLarge(f"the decompressed {self.noun} exceeds {self.limit} bytes", "Content-Encoding")
+        if self.out is not None:
+            self._keep(chunk, end)
         self.filled = end
         if self.stream.eof:
             if self.stream.unused_data:
-                raise InvalidRequest("the compressed body is followed by other bytes", "Content-Encoding")
+                raise InvalidRequest(f"the compressed {self.noun} is followed by other bytes", "Content-Encoding")
+            if self.out is None:  # valid and within the limit, but counted only: the budget had no room
+                self.claim.grow(self.filled)  # 413 if it never fits, else 503 (Busy)
+                self.claim.shrink(self.filled)
+                raise Busy(f"the memory for requests in flight ({SETTING}) is taken by other requests; retry shortly")
             return True
         if not self.pending and not chunk:
-            raise InvalidRequest("the compressed body is truncated", "Content-Encoding")
+            raise InvalidRequest(f"the compressed {self.noun} is truncated", "Content-Encoding")
         return False
+
+    def _keep(self, chunk: bytes, end: int) -> None:
+        assert self.out is not None
+        grow = end > self.out.nbytes
+        # the step's bytes, and while the buffer grows the copy of what it holds: both charged
+        extra = len(chunk) + (self.filled if grow else 0)
+        if not self.claim.try_grow(extra):
+            self.out = None  # count the rest: keep nothing
+            self.claim.shrink(self.kept)
+            self.kept = 0
+            return
+        if grow:
+            grown = _buffer(min(self.limit, max(end, 2 * self.out.nbytes)))
+            grown[: self.filled] = self.out[: self.filled]
+            self.out = grown
+            self.claim.shrink(self.filled)  # the old buffer is gone
+        self.out[self.filled : end] = np.frombuffer(chunk, np.uint8)
+        self.kept = end
 
     def rest(self) -> None:
         while not self.step():
             pass
 
     def result(self) -> memoryview:
+        assert self.out is not None
         return memoryview(self.out[: self.filled])
 
 
-async def decode_body(body: memoryview, content_encoding: str | None, limit: int) -> memoryview:
-    """The body with its Content-Encoding (gzip, deflate, identity) undone, at most ``limit`` bytes.
-    The first step runs on the event loop (a small body ends there); the rest in a thread (zlib
-    releases the GIL), so a body that inflates to hundreds of megabytes never holds the loop."""
+async def decode_body(body: memoryview, content_encoding: str | None, limit: int, claim: Claim) -> memoryview:
+    """The body with its Content-Encoding (gzip, deflate, identity) undone, at most ``limit`` bytes,
+    within ``claim`` (which holds the compressed body's bytes, given back once it is undone). The first
+    step runs on the event loop (a small body ends there); the rest in a thread (zlib releases the
+    GIL), so a body that inflates to hundreds of megabytes never holds the loop."""
     coding = (content_encoding or "identity").strip().lower()
     if coding in ("identity", ""):
         return body
     if coding not in ("gzip", "deflate"):
         raise UnsupportedEncoding(f"Content-Encoding {content_encoding!r} is not supported; use gzip or deflate", "Content-Encoding")
-    inflater = _Inflater(body, coding, limit)
+    inflater = Inflater(body, coding, limit, claim)
     if not inflater.step():
         await asyncio.to_thread(inflater.rest)
+    claim.shrink(len(body))  # the caller drops the compressed body with this call
     return inflater.result()
 
 

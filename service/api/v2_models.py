@@ -5,9 +5,10 @@ as request parameters, with DirectML's defaults."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, get_args, get_origin
 
-from ..descriptors import DataType
+from ..descriptors import IMPLEMENTED_LEVEL, DataType
 from ..errors import UnknownOperator
 from ..operators import OPERATORS, OperatorDesc, short_name
 from .metrics import MODEL_VERSION
@@ -30,9 +31,11 @@ V2_TO_DML: dict[str, DataType] = {
     "UINT64": DataType.UINT64,
 }
 DML_TO_V2: dict[DataType, str] = {dml: v2 for v2, dml in V2_TO_DML.items()}
+_DML_NAME = re.compile(r"\bDML_TENSOR_DATA_TYPE_[A-Z0-9]+\b")
 NOT_TENSOR_TYPES = ("BOOL", "BYTES", "BF16")  # the protocol has them; DirectML's activations do not
 
-#: Model metadata shows one variable dimension; any shape of 1 to 8 dimensions is accepted.
+#: Model metadata shows one variable dimension; any shape of 1 to 8 dimensions is accepted (the
+#: parameters say so: "dimension_counts").
 VARIABLE_SHAPE = [-1]
 
 MODELS: dict[str, type[OperatorDesc]] = {short_name(op): op for op in OPERATORS.values()}
@@ -48,6 +51,18 @@ def datatypes(op: type[OperatorDesc]) -> list[str]:
     """The protocol's names of the data types this operator runs on the device, FP32 first."""
     have = {t for t in op.accepted_types() if t.info.shader is not None}
     return [v2 for v2, dml in V2_TO_DML.items() if dml in have]
+
+
+def oip_names(message: str) -> str:
+    """``message`` in the Open Inference Protocol's words, for the /v2 and gRPC answers: DirectML's
+    data type names as the protocol's (DML_TENSOR_DATA_TYPE_INT32 -> INT32)."""
+    def name(match: re.Match[str]) -> str:
+        try:
+            return DML_TO_V2.get(DataType(match[0]), match[0])
+        except ValueError:
+            return match[0]
+
+    return _DML_NAME.sub(name, message)
 
 
 def find_model(name: str, version: str | None = None) -> type[OperatorDesc]:
@@ -78,31 +93,46 @@ def _defaults(op: type[OperatorDesc]) -> dict[str, Any]:
     return {**out, "required": ",".join(required)} if required else out
 
 
-def metadata(op: type[OperatorDesc]) -> dict[str, Any]:
-    """$metadata_model_response. The tensors show FP32, the default; ``parameters.datatypes`` lists every
-    data type the model accepts, and the other parameters are the operator's fields with their defaults."""
+def served(op: type[OperatorDesc]) -> dict[str, str]:
+    """What a tensor's one datatype and shape cannot say: every data type the model runs on the device,
+    FP32 first, and the dimension counts it takes (any shape of those ranks)."""
+    support = op.support.at(IMPLEMENTED_LEVEL)
+    assert support is not None
+    return {"datatypes": ",".join(datatypes(op)), "dimension_counts": f"{support.min_dims}-{support.max_dims}"}
+
+
+def metadata(op: type[OperatorDesc], max_batch_size: int) -> dict[str, Any]:
+    """$metadata_model_response. The tensors show FP32, the default, and one variable dimension (a
+    batched model's leading one too, as Triton shows it); ``parameters`` says what they cannot (see
+    ``served``), then the operator's fields with their defaults. gRPC's metadata has no parameters:
+    the model's config carries the same (both protocols)."""
     first = datatypes(op)[0]
+    shape = [-1, *VARIABLE_SHAPE] if max_batch_size > 0 else VARIABLE_SHAPE
     return {
         "name": short_name(op),
         "versions": [MODEL_VERSION],
         "platform": PLATFORM,
-        "inputs": [{"name": name, "datatype": first, "shape": VARIABLE_SHAPE} for name in op.input_fields],
-        "outputs": [{"name": op.output_field, "datatype": first, "shape": VARIABLE_SHAPE}],
-        "parameters": {"datatypes": ",".join(datatypes(op)), **_defaults(op)},
+        "inputs": [{"name": name, "datatype": first, "shape": shape} for name in op.input_fields],
+        "outputs": [{"name": op.output_field, "datatype": first, "shape": shape}],
+        "parameters": {**served(op), **_defaults(op)},
     }
 
 
-def config(op: type[OperatorDesc]) -> dict[str, Any]:
-    """A Triton model configuration, as much as perf_analyzer and Triton tooling read: no batching
-    (max_batch_size 0), variable dimensions."""
+def config(op: type[OperatorDesc], max_batch_size: int, dynamic_batching: bool) -> dict[str, Any]:
+    """A Triton model configuration, as perf_analyzer and Triton tooling read it: the batching the
+    device worker applies to this model (model_config), variable dimensions, and in ``parameters``
+    the data types and dimension counts served and the operator's defaults."""
     first = f"TYPE_{datatypes(op)[0]}"
-    return {
+    out: dict[str, Any] = {
         "name": short_name(op),
         "platform": PLATFORM,
         "backend": "vkact",
-        "max_batch_size": 0,
+        "max_batch_size": max_batch_size,
         "version_policy": {"specific": {"versions": [int(MODEL_VERSION)]}},
         "input": [{"name": name, "data_type": first, "format": "FORMAT_NONE", "dims": VARIABLE_SHAPE} for name in op.input_fields],
         "output": [{"name": op.output_field, "data_type": first, "dims": VARIABLE_SHAPE}],
-        "parameters": {name: {"string_value": str(value)} for name, value in _defaults(op).items()},
+        "parameters": {name: {"string_value": str(value)} for name, value in {**served(op), **_defaults(op)}.items()},
     }
+    if dynamic_batching:  # it never waits: what queued while the device was busy runs together
+        out["dynamic_batching"] = {"max_queue_delay_microseconds": 0}
+    return out

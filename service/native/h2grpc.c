@@ -1,7 +1,8 @@
 /* gRPC's server side of HTTP/2 in C, on libnghttp2: what grpcio's asyncio server spent ~80% of vkact's
  * gRPC CPU on (py-spy), done per connection without a thread, a completion queue or a Python object per
  * frame.  nghttp2 keeps HTTP/2 correct (framing, HPACK, flow control, SETTINGS, PING, GOAWAY, limits);
- * this module adds gRPC's part of it: one length-prefixed message per request stream, answered with
+ * this module adds gRPC's part of it: one length-prefixed message per request stream (or a stream of
+ * them, for a streaming route), answered with
  * messages and a grpc-status trailer (or a trailers-only HEADERS for an error before any message).
  *
  * Python owns the socket (an asyncio Protocol, service/api/grpc_transport.py):
@@ -10,15 +11,22 @@
  *       it had sent whole (cancel its work); message None: the body is not one whole message, and
  *       `encoding` names why (str); else `encoding` is the grpc-encoding of a compressed message
  *       (bytes, b"" when the client named none) or None for an uncompressed one.
+ *       A streaming route (one whose `bidi` attribute is not None) gets a tuple per message as it
+ *       completes, then one with message None and encoding "end" when the client ends its side
+ *       (a too-large or over-budget message is reported at once); nothing after it has finished.
  *   session.send(stream_id, message)     queue one message (the 5-byte prefix is added here)
  *   session.finish(stream_id, status, message=b"")   grpc-status/grpc-message, after the queue
  *   session.reply(stream_id, message)    send + finish(0): a unary answer in one call
  *   data = session.pending()             bytes to write to the socket now (b"" when none)
+ *   session.buffered                     bytes the partial request messages hold (grown as DATA comes)
+ *   session.room = n                     the most they may hold at once (problem "over-budget" beyond)
  * Unknown methods, non-POST requests and other content types are answered here, without Python.
  *
  * Files: h2grpc.c the Session type, h2grpc_request.c the request side, h2grpc_answer.c the answers.
  */
 #include "h2grpc.h"
+
+#include <structmember.h>
 
 PyObject *H2Error;
 
@@ -40,6 +48,7 @@ static int Session_init(Session *self, PyObject *args, PyObject *kwargs) {
     Py_INCREF(routes);
     self->routes = routes;
     self->max_message = (size_t)max_message;
+    self->room = PY_SSIZE_T_MAX;
     nghttp2_session_callbacks *callbacks;
     if (nghttp2_session_callbacks_new(&callbacks) != 0) {
         PyErr_NoMemory();
@@ -70,7 +79,7 @@ static void Session_dealloc(Session *self) {
     while (self->streams) {
         Stream *s = self->streams;
         self->streams = s->next;
-        stream_free(s);
+        stream_free(self, s);
     }
     Py_XDECREF(self->routes);
     Py_XDECREF(self->events);
@@ -203,13 +212,22 @@ static PyMethodDef Session_methods[] = {
     {"finish", (PyCFunction)Session_finish, METH_VARARGS, "finish(stream_id, status, message=b''): end the answer."},
     {"reply", (PyCFunction)Session_reply, METH_VARARGS, "reply(stream_id, message): one message, then status 0."},
     {"goaway", (PyCFunction)Session_goaway, METH_NOARGS, "GOAWAY: no new streams; open ones run to their answers."},
-    {NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Session_members[] = {
+    {"buffered", T_PYSSIZET, offsetof(Session, buffered), READONLY,
+     "Bytes the partial request messages hold now (each grown as its DATA arrives)."},
+    {"room", T_PYSSIZET, offsetof(Session, room), 0,
+     "The most bytes partial messages may hold at once: a message growing past it is answered "
+     "RESOURCE_EXHAUSTED (event problem 'over-budget'). Unbounded until set."},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyGetSetDef Session_getset[] = {
     {"open", (getter)Session_get_open, NULL, "Whether the connection still has anything to read or write.", NULL},
     {"streams", (getter)Session_get_streams, NULL, "Request streams open now.", NULL},
-    {NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject SessionType = {
@@ -223,6 +241,7 @@ static PyTypeObject SessionType = {
     .tp_dealloc = (destructor)Session_dealloc,
     .tp_methods = Session_methods,
     .tp_getset = Session_getset,
+    .tp_members = Session_members,
 };
 
 static struct PyModuleDef module = {

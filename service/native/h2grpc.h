@@ -17,15 +17,19 @@ typedef struct Stream {
     PyObject *route;           /* new ref: the routes dict's value for :path; NULL: unknown path */
     PyObject *timeout;         /* grpc-timeout's value (bytes) or NULL */
     PyObject *encoding;        /* grpc-encoding's value (bytes) or NULL */
-    int not_post, not_grpc;
-    /* the request's body: the 5-byte prefix, then the message straight into a bytes object */
+    int not_post, not_grpc;    /* not_grpc until a content-type of application/grpc[+...;...] comes */
+    /* the request's body: the 5-byte prefix, then the message into a bytes object that grows as DATA
+     * arrives (never to what the prefix announces before the bytes come: five bytes reserve nothing) */
     unsigned char prefix[5];
     size_t prefix_len;
-    PyObject *body;            /* bytes of the prefix's length, filled as DATA arrives */
-    size_t body_len, body_need;
+    PyObject *body;            /* bytes of body_size, the first body_len of them received */
+    size_t body_len, body_size, body_need;
     int too_large, extra;      /* over max_message; bytes after the first message */
+    int over_budget;           /* growing it would pass the session's room, or the allocation failed */
     int dispatched;            /* handed to Python: its close before an answer is a cancellation */
     int refused;               /* answered here when its headers came (not a call vkact serves) */
+    int bidi;                  /* its route streams requests (route.bidi): each message is an event as
+                                * it completes, and the end of the request stream one more */
     /* the answer: messages queued by send(), then the trailer once finished */
     PyObject *queue;           /* list of bytes */
     Py_ssize_t q_index;        /* the message being sent */
@@ -42,14 +46,20 @@ typedef struct {
     PyObject *events;          /* list being filled by the receive() in progress */
     Stream *streams;           /* open streams, linked */
     size_t max_message;
+    Py_ssize_t buffered;       /* bytes the partial messages of all streams hold (their bodies' sizes) */
+    Py_ssize_t room;           /* the most they may hold at once: set by Python (the process's budget) */
     int callback_error;        /* a Python error inside a callback: receive() raises it */
 } Session;
+
+/* grpc-message bytes sent at most (cut, never inside a %XX): grpc-core refuses metadata over 8-16 KiB, and
+ * nghttp2 drops a header block over 64 KiB; the Python side already elides the client's input. */
+#define MAX_STATUS_MESSAGE 4096
 
 #define NV(NAME, VALUE, VLEN) {(uint8_t *)(NAME), (uint8_t *)(VALUE), sizeof(NAME) - 1, (VLEN), NGHTTP2_NV_FLAG_NONE}
 
 /* h2grpc_request.c */
 void set_request_callbacks(nghttp2_session_callbacks *callbacks);
-void stream_free(Stream *s);
+void stream_free(Session *self, Stream *s);
 
 /* h2grpc_answer.c */
 int submit_trailers_only(Session *self, int32_t id, int status, const char *message, size_t message_len);

@@ -3,7 +3,17 @@
  * The data provider copies from the queue and defers while it is empty and the answer unfinished. */
 #include "h2grpc.h"
 
+/* grpc-message's length within MAX_STATUS_MESSAGE, cut before a %XX it would split. */
+static size_t capped(const char *message, size_t len) {
+    if (len <= MAX_STATUS_MESSAGE) return len;
+    size_t n = MAX_STATUS_MESSAGE;
+    if (message[n - 1] == '%') n -= 1;
+    else if (message[n - 2] == '%') n -= 2;
+    return n;
+}
+
 int submit_trailers_only(Session *self, int32_t id, int status, const char *message, size_t message_len) {
+    message_len = capped(message, message_len);
     char code[12];
     int n = snprintf(code, sizeof code, "%d", status);
     nghttp2_nv nva[] = {
@@ -55,10 +65,11 @@ static ssize_t read_answer(nghttp2_session *session, int32_t id, uint8_t *buf, s
         if (s->finished) {
             char code[12];
             int n = snprintf(code, sizeof code, "%d", s->status);
-            Py_ssize_t mlen = s->status_message ? PyBytes_GET_SIZE(s->status_message) : 0;
+            const char *message = s->status_message ? PyBytes_AS_STRING(s->status_message) : "";
+            size_t mlen = capped(message, s->status_message ? (size_t)PyBytes_GET_SIZE(s->status_message) : 0);
             nghttp2_nv trailer[] = {
                 NV("grpc-status", code, (size_t)n),
-                NV("grpc-message", mlen ? PyBytes_AS_STRING(s->status_message) : "", (size_t)mlen),
+                NV("grpc-message", message, mlen),
             };
             *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
             if (nghttp2_submit_trailer(session, id, trailer, mlen ? 2 : 1) != 0)

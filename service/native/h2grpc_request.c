@@ -1,13 +1,22 @@
 /* A request stream as the client sends it: nghttp2's callbacks build each Stream (its route by :path,
  * its headers, its one message read straight into a bytes object) and hand a finished one to Python
- * through the events list of the receive() in progress. */
+ * through the events list of the receive() in progress. A streaming route's stream (route.bidi set)
+ * hands over each message as it completes, then its end ("end"), so answers can go while the client
+ * still sends. */
 #include "h2grpc.h"
 
-void stream_free(Stream *s) {
+/* A partial message's bytes given up (or handed to Python): no longer the session's to count. */
+static void release_body(Session *self, Stream *s) {
+    self->buffered -= (Py_ssize_t)s->body_size;
+    s->body_size = 0;
+    Py_CLEAR(s->body);
+}
+
+void stream_free(Session *self, Stream *s) {
+    release_body(self, s);
     Py_XDECREF(s->route);
     Py_XDECREF(s->timeout);
     Py_XDECREF(s->encoding);
-    Py_XDECREF(s->body);
     Py_XDECREF(s->queue);
     Py_XDECREF(s->status_message);
     PyMem_Free(s);
@@ -25,6 +34,7 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     Stream *s = PyMem_Calloc(1, sizeof(Stream));
     if (s == NULL) return NGHTTP2_ERR_CALLBACK_FAILURE;
     s->id = frame->hd.stream_id;
+    s->not_grpc = 1;  /* a request without content-type is not a gRPC call either (415) */
     s->next = self->streams;
     if (s->next) s->next->prev = s;
     self->streams = s;
@@ -47,6 +57,17 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         if (route == NULL && PyErr_Occurred()) goto failed;
         Py_XINCREF(route);
         Py_XSETREF(s->route, route);
+        s->bidi = 0;
+        static PyObject *bidi_name;  /* interned once: no string made per request */
+        if (route != NULL && bidi_name == NULL && (bidi_name = PyUnicode_InternFromString("bidi")) == NULL) goto failed;
+        if (route != NULL) {
+            PyObject *bidi = PyObject_GetAttr(route, bidi_name);
+            if (bidi == NULL) PyErr_Clear();  /* a route without the attribute is unary */
+            else {
+                s->bidi = bidi != Py_None;
+                Py_DECREF(bidi);
+            }
+        }
     } else if (IS(":method")) {
         s->not_post = !(valuelen == 4 && memcmp(value, "POST", 4) == 0);
     } else if (IS("content-type")) {
@@ -65,31 +86,60 @@ failed:
     return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
+/* Room for `more` bytes beyond body_len: the body doubles (from 16 KiB) but never past the announced
+ * length, within the session's room. 0, or -1 with the stream marked over_budget (its body dropped: a
+ * MemoryError never leaves here, the client gets RESOURCE_EXHAUSTED). */
+static int grow(Session *self, Stream *s, size_t more) {
+    size_t want = s->body_len + more;
+    if (want <= s->body_size) return 0;
+    size_t size = s->body_size * 2 > want ? s->body_size * 2 : want;
+    if (size < 16384) size = 16384;
+    if (size > s->body_need) size = s->body_need;
+    Py_ssize_t others = self->buffered - (Py_ssize_t)s->body_size;
+    if (others + (Py_ssize_t)size > self->room) size = want;  /* no slack when the room is short */
+    if (others + (Py_ssize_t)size > self->room ||
+        (s->body == NULL ? (s->body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size)) == NULL
+                         : _PyBytes_Resize(&s->body, (Py_ssize_t)size) < 0)) {
+        PyErr_Clear();  /* a failed resize has freed the bytes and set body NULL */
+        release_body(self, s);
+        s->over_budget = 1;
+        return -1;
+    }
+    self->buffered = others + (Py_ssize_t)size;
+    s->body_size = size;
+    return 0;
+}
+
+static int emit(Session *self, Stream *s, const char *problem);
+
+/* A streaming route's message, complete: handed to Python, the stream ready for the next one. */
+static int message_complete(Session *self, Stream *s) {
+    if (emit(self, s, NULL) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    s->prefix_len = 0;
+    s->body_len = s->body_need = 0;
+    return 0;
+}
+
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
                          void *user_data) {
     Session *self = user_data;
     Stream *s = nghttp2_session_get_stream_user_data(session, id);
-    if (s == NULL || s->too_large || s->extra || s->refused) return 0;
+    if (s == NULL || s->too_large || s->extra || s->refused || s->over_budget || (s->bidi && s->finished)) return 0;
     while (len) {
-        if (s->body == NULL) {
+        if (s->prefix_len < 5) {
             size_t n = 5 - s->prefix_len < len ? 5 - s->prefix_len : len;
             memcpy(s->prefix + s->prefix_len, data, n);
             s->prefix_len += n;
             data += n;
             len -= n;
             if (s->prefix_len < 5) return 0;
-            size_t need = ((size_t)s->prefix[1] << 24) | ((size_t)s->prefix[2] << 16) |
-                          ((size_t)s->prefix[3] << 8) | s->prefix[4];
-            if (need > self->max_message) {
-                s->too_large = 1;
-                return 0;
+            s->body_need = ((size_t)s->prefix[1] << 24) | ((size_t)s->prefix[2] << 16) |
+                           ((size_t)s->prefix[3] << 8) | s->prefix[4];
+            if (s->body_need > self->max_message) {
+                s->too_large = 1;  /* a streaming call is answered now, not at the end of a stream that may never end */
+                return s->bidi && emit(self, s, "too-large") < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
             }
-            s->body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need);
-            if (s->body == NULL) {
-                self->callback_error = 1;
-                return NGHTTP2_ERR_CALLBACK_FAILURE;
-            }
-            s->body_need = need;
+            if (s->bidi && s->body_need == 0 && message_complete(self, s) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
             continue;
         }
         if (s->body_len == s->body_need) {  /* a second message on a unary request */
@@ -97,10 +147,12 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
             return 0;
         }
         size_t n = s->body_need - s->body_len < len ? s->body_need - s->body_len : len;
+        if (grow(self, s, n) < 0) return s->bidi && emit(self, s, "over-budget") < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
         memcpy(PyBytes_AS_STRING(s->body) + s->body_len, data, n);
         s->body_len += n;
         data += n;
         len -= n;
+        if (s->bidi && s->body_len == s->body_need && message_complete(self, s) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
     return 0;
 }
@@ -110,7 +162,7 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
 static int refuse(Session *self, Stream *s) {
     static const char unimplemented[] = "unknown method";
     s->refused = 1;
-    Py_CLEAR(s->body);
+    release_body(self, s);
     if (s->not_post || s->not_grpc) {
         nghttp2_nv nva[] = {NV(":status", s->not_post ? "405" : "415", 3)};
         return nghttp2_submit_response(self->session, s->id, nva, 1, NULL);
@@ -118,12 +170,18 @@ static int refuse(Session *self, Stream *s) {
     return submit_trailers_only(self, s->id, 12, unimplemented, sizeof unimplemented - 1);
 }
 
-/* A request stream the client has finished: handed to Python through the events list. */
-static int request_complete(Session *self, Stream *s) {
-    const char *problem = NULL;
-    if (s->too_large) problem = "too-large";
-    else if (s->extra) problem = "extra";
-    else if (s->body == NULL || s->body_len != s->body_need) problem = "incomplete";
+/* The stream's message (problem NULL) or its problem's name handed to Python through the events
+ * list: 0, or -1 with callback_error set. */
+static int emit(Session *self, Stream *s, const char *problem) {
+    if (self->events == NULL) {  /* only receive() feeds nghttp2: never without its list */
+        PyErr_SetString(PyExc_RuntimeError, "h2grpc: a request event outside receive()");
+        self->callback_error = 1;
+        return -1;
+    }
+    if (problem == NULL && s->body == NULL && (s->body = PyBytes_FromStringAndSize("", 0)) == NULL) {  /* an empty message */
+        self->callback_error = 1;
+        return -1;
+    }
     PyObject *id = PyLong_FromLong(s->id);
     /* the last field: the problem's name, or for a compressed message its grpc-encoding (b"": none sent) */
     PyObject *last = problem ? PyUnicode_FromString(problem)
@@ -136,19 +194,31 @@ static int request_complete(Session *self, Stream *s) {
     if (event == NULL || PyList_Append(self->events, event) < 0) {
         Py_XDECREF(event);
         self->callback_error = 1;
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return -1;
     }
     Py_DECREF(event);
-    Py_CLEAR(s->body);  /* Python holds the message now */
+    release_body(self, s);  /* Python holds the message now */
     s->dispatched = 1;
     return 0;
+}
+
+/* A request stream the client has finished: its one message (a streaming route's: its end, "end"), or
+ * what is wrong with it. */
+static int request_complete(Session *self, Stream *s) {
+    const char *problem = NULL;
+    if (s->too_large) problem = "too-large";
+    else if (s->over_budget) problem = "over-budget";
+    else if (s->extra) problem = "extra";
+    else if (s->bidi ? s->prefix_len != 0 : s->prefix_len < 5 || s->body_len != s->body_need) problem = "incomplete";
+    else if (s->bidi) problem = "end";
+    return emit(self, s, problem) < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
 }
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
     Session *self = user_data;
     if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) return 0;
     Stream *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-    if (s == NULL || s->dispatched || s->refused) return 0;
+    if (s == NULL || (s->dispatched && !s->bidi) || s->refused || (s->bidi && s->finished)) return 0;
     int rv = 0;
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST &&
         (s->route == NULL || s->not_post || s->not_grpc))
@@ -165,7 +235,7 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
     nghttp2_session_set_stream_user_data(session, id, NULL);
     unlink_stream(self, s);
     int cancelled = s->dispatched && !s->finished;
-    stream_free(s);
+    stream_free(self, s);
     if (cancelled && self->events != NULL) {
         PyObject *event = Py_BuildValue("(iOOOO)", id, Py_None, Py_None, Py_None, Py_None);
         if (event == NULL || PyList_Append(self->events, event) < 0) {
@@ -178,7 +248,18 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
     return 0;
 }
 
+/* A HEADERS frame nghttp2 will not send (a header block over its limit, ...) would leave its call open
+ * forever, the client waiting on a status that never comes: reset the stream instead. */
+static int on_frame_not_send(nghttp2_session *session, const nghttp2_frame *frame, int error, void *user_data) {
+    if (frame->hd.type != NGHTTP2_HEADERS || error == NGHTTP2_ERR_STREAM_CLOSED || error == NGHTTP2_ERR_STREAM_CLOSING)
+        return 0;
+    if (nghttp2_session_find_stream(session, frame->hd.stream_id) == NULL) return 0;
+    int rv = nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_INTERNAL_ERROR);
+    return rv == 0 || nghttp2_is_fatal(rv) == 0 ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
 void set_request_callbacks(nghttp2_session_callbacks *callbacks) {
+    nghttp2_session_callbacks_set_on_frame_not_send_callback(callbacks, on_frame_not_send);
     nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);

@@ -7,6 +7,7 @@ constants in declaration order, so a shader reads PARAM(i) in the order of the D
 from __future__ import annotations
 
 import functools
+from enum import Enum
 from typing import Annotated, ClassVar, Optional
 
 import numpy as np
@@ -130,7 +131,7 @@ class OperatorDesc(BaseModel):
                     raise DescriptorError(
                         f"{name}.{field}",
                         f"{name}.{field} must equal {first_name}.{field} "
-                        f"({getattr(first, field)!s}), got {getattr(other, field)!s}",
+                        f"({_shown(getattr(first, field))}), got {_shown(getattr(other, field))}",
                     )
         dtype = first.DataType
         accepted = self.accepted_types()
@@ -201,3 +202,8 @@ class ActivationDesc(OperatorDesc):
 
     InputTensor: TensorDesc
     OutputTensor: Optional[TensorDesc] = None
+
+
+def _shown(value: object) -> object:
+    """A field's value as a request writes it: an enum's value (DML_TENSOR_DATA_TYPE_FLOAT32), not its repr."""
+    return value.value if isinstance(value, Enum) else value

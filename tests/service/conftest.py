@@ -14,6 +14,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# make test-asan (scripts/test-asan.sh) preloads the ASan runtime into this process: it goes on to the
+# service processes started here and to no other program (pgrep deadlocks under it, in textdomain).
+ASAN_RUNTIME = os.environ.get("VKACT_ASAN_RUNTIME", "")
+if ASAN_RUNTIME:
+    os.environ.pop("LD_PRELOAD", None)
+
 
 @dataclass
 class Server:
@@ -31,12 +37,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def server_env(variables: dict[str, str]) -> dict[str, str]:
+    """The environment of a service process: this one's, ``variables``, and under make test-asan the ASan runtime."""
+    return {**os.environ, **variables, **({"LD_PRELOAD": ASAN_RUNTIME} if ASAN_RUNTIME else {})}
+
+
 def start_server(wrap: tuple[str, ...] = (), supervised: bool = False, **settings: object) -> Server:
     """``wrap``: a command that execs the server's command line given as its arguments (unshare ...).
     Unsupervised by default: the process is then the HTTP server itself, which tests look into."""
     port = free_port()
     settings.setdefault("grpc_port", free_port())  # never the default 8001: servers of parallel runs would share it
-    env = {**os.environ, **{f"VKACT_{k.upper()}": str(v) for k, v in settings.items()}}
+    env = server_env({f"VKACT_{k.upper()}": str(v) for k, v in settings.items()})
     proc = subprocess.Popen(
         [*wrap, sys.executable, "-m", "service", "--port", str(port), "--log-level", "warning", *([] if supervised else ["--no-supervise"])],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

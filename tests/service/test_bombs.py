@@ -104,20 +104,26 @@ def test_an_answer_of_millions_of_values_as_json_is_refused_before_the_device_ru
         np.testing.assert_array_equal(np.frombuffer(response.content[n:], np.float32), np.maximum(x, 0))
 
 
-def test_liveness_answers_while_bombs_are_processed(bombed):
-    rounds = 3
-    bomber = subprocess.Popen([sys.executable, "-c", f"from tests.service.test_bombs import send_bombs; send_bombs({bombed.url!r}, {rounds})"],
-                              cwd=ROOT, stdout=subprocess.PIPE, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+def probe_while(url: str, code: str) -> tuple[list, int]:
+    """Run ``code`` (Python that prints its answers as JSON) in a process of its own, so this one's GIL
+    stays free, probing liveness until it ends. Returns its answers and how many probes were answered."""
+    loader = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                              env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
     probes = 0
-    with httpx.Client(base_url=bombed.url, timeout=PROBE_TIMEOUT_S) as probe:
-        while bomber.poll() is None:
+    with httpx.Client(base_url=url, timeout=PROBE_TIMEOUT_S) as probe:
+        while loader.poll() is None:
             assert probe.get("/health/live").json() == {"live": True}  # httpx raises past the probe's timeout
             probes += 1
             assert probes < 100_000
-        out, _ = bomber.communicate()
-        assert bomber.returncode == 0
-        answers = json.loads(out)
-        expected = {name: status for name, (_, status) in bombs().items()}
-        assert len(answers) == rounds * len(expected) and all(status == expected[name] for name, status in answers), answers
-        assert probes >= len(answers), f"only {probes} probes while {len(answers)} bombs were processed"
-        assert probe.get("/v2/health/ready").status_code == 200
+        out, _ = loader.communicate()
+    assert loader.returncode == 0
+    return json.loads(out), probes
+
+
+def test_liveness_answers_while_bombs_are_processed(bombed):
+    rounds = 3
+    answers, probes = probe_while(bombed.url, f"from tests.service.test_bombs import send_bombs; send_bombs({bombed.url!r}, {rounds})")
+    expected = {name: status for name, (_, status) in bombs().items()}
+    assert len(answers) == rounds * len(expected) and all(status == expected[name] for name, status in answers), answers
+    assert probes >= len(answers), f"only {probes} probes while {len(answers)} bombs were processed"
+    assert httpx.get(f"{bombed.url}/v2/health/ready").status_code == 200

@@ -61,8 +61,8 @@ def code_of(call) -> tuple[str, str]:
 def test_health_rpcs(gc):
     assert gc.is_server_live() and gc.is_server_ready()
     assert gc.is_model_ready("shrink") and gc.is_model_ready("shrink", "1")
-    assert code_of(lambda: gc.is_model_ready("nope"))[0] == "StatusCode.NOT_FOUND"
-    assert code_of(lambda: gc.is_model_ready("shrink", "2"))[0] == "StatusCode.NOT_FOUND"
+    # as Triton: an unknown model or version is not ready (OK, ready=false), not NOT_FOUND
+    assert not gc.is_model_ready("nope") and not gc.is_model_ready("shrink", "2")
 
 
 def test_standard_health_service(server):
@@ -155,6 +155,22 @@ def test_typed_contents(stub):
     assert np.frombuffer(stub.ModelInfer(ints).raw_output_contents[0], np.int16).tolist() == expected.tolist()
 
 
+def test_numeric_string_parameters_for_clients_without_double(stub):
+    """KServe's gRPC InferParameter has bool, int64 and string, no double: a fractional parameter goes
+    as its decimal text and is read as the number (README says so)."""
+    x = np.linspace(-3, 3, 12, dtype=np.float32)
+    request = service_pb2.ModelInferRequest(model_name="shrink")
+    request.parameters["Bias"].string_param = "0.5"
+    request.parameters["Threshold"].string_param = "1.25"
+    request.inputs.add(name="InputTensor", datatype="FP32", shape=[12]).contents.fp32_contents.extend(x.tolist())
+    got = np.frombuffer(stub.ModelInfer(request).raw_output_contents[0], np.float32)
+    np.testing.assert_array_equal(got, reference("shrink", {"InputTensor": x}, Bias=0.5, Threshold=1.25))
+    request.parameters["Bias"].string_param = "half"
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "parameters.Bias" in info.value.details()
+
+
 def test_large_tensor(gc):
     """16 MiB each way: over gRPC's 4 MiB default receive limit, within the service's body limit."""
     x = np.random.default_rng(3).standard_normal(4 << 20).astype(np.float32)
@@ -203,7 +219,7 @@ def test_shared_memory(gc):
         assert region.name not in gc.get_system_shared_memory_status().regions
         assert code_of(lambda: gc.get_system_shared_memory_status(region.name))[0] == "StatusCode.NOT_FOUND"
         status, message = code_of(lambda: gc.infer("celu", [inp]))
-        assert status == "StatusCode.INVALID_ARGUMENT" and "not a registered" in message
+        assert status == "StatusCode.NOT_FOUND" and "not a registered" in message
         status, _ = code_of(lambda: gc.register_system_shared_memory("bad", "/vkact_no_such_object", 64))
         assert status == "StatusCode.INVALID_ARGUMENT"
     finally:
@@ -369,14 +385,13 @@ def test_the_hand_serialized_response_is_what_protobuf_reads(n):
 def test_a_server_without_its_device_answers_unavailable():
     """No device (none matches VKACT_DEVICE): live, not ready, inference UNAVAILABLE, health NOT_SERVING,
     the models listed as UNAVAILABLE, as Triton answers while its models are not ready."""
-    import os
     import subprocess
     import sys
 
-    from tests.service.conftest import ROOT, free_port
+    from tests.service.conftest import ROOT, free_port, server_env
 
     http_port, grpc_port = free_port(), free_port()
-    env = {**os.environ, "VKACT_DEVICE": "no-such-device", "VKACT_GRPC_PORT": str(grpc_port)}
+    env = server_env({"VKACT_DEVICE": "no-such-device", "VKACT_GRPC_PORT": str(grpc_port)})
     proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(http_port), "--log-level", "critical", "--no-supervise"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -465,3 +480,77 @@ def test_calls_beyond_the_bound_are_refused_and_the_others_answered():
         asyncio.run(scenario())
     finally:
         stop_server(server)
+
+
+def test_trace_and_log_settings_answer_as_triton_without_them(gc, http):
+    """Triton built without tracing or dynamic logging: UNAVAILABLE over gRPC, 503 over HTTP, with a
+    message that says so (no Retry-After: asking again will not help); neither extension is listed."""
+    for call, text in ((gc.get_trace_settings, "does not support trace"), (lambda: gc.get_trace_settings("relu"), "does not support trace"),
+                       (lambda: gc.update_trace_settings(settings={"trace_rate": "2"}), "does not support trace"),
+                       (gc.get_log_settings, "does not support dynamic logging"),
+                       (lambda: gc.update_log_settings({"log_verbose_level": 1}), "does not support dynamic logging")):
+        status, message = code_of(call)
+        assert status == "StatusCode.UNAVAILABLE" and text in message
+    for method, path, text in (("GET", "/v2/trace/setting", "tracing"), ("POST", "/v2/trace/setting", "tracing"),
+                               ("GET", "/v2/models/relu/trace/setting", "tracing"), ("POST", "/v2/logging", "dynamic logging"),
+                               ("GET", "/v2/logging", "dynamic logging")):
+        answer = http.request(method, path, json={} if method == "POST" else None)
+        assert answer.status_code == 503 and answer.json() == {"error": f"the server does not support {text}"}, answer.text
+        assert "retry-after" not in answer.headers
+    assert not {"trace", "logging"} & set(http.get("/v2").json()["extensions"])
+
+
+def test_the_descriptor_set_lets_a_client_call_without_proto_files(server, http):
+    """GET /grpc/vkact.protoset, as grpcurl -protoset reads it: every service and method vkact serves,
+    and messages built from it alone (no generated module) make working calls."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    answer = http.get("/grpc/vkact.protoset")
+    assert answer.status_code == 200
+    files = descriptor_pb2.FileDescriptorSet.FromString(answer.content)
+    pool = descriptor_pool.DescriptorPool()
+    for f in files.file:  # in dependency order, as grpcurl loads them
+        pool.Add(f)
+    service = pool.FindServiceByName("inference.GRPCInferenceService")
+    assert {"ModelInfer", "ModelReady", "ModelConfig", "ModelStatistics", "RepositoryModelLoad"} <= {m.name for m in service.methods}
+    assert pool.FindServiceByName("grpc.health.v1.Health").methods_by_name["Check"]
+
+    def call(method: str, **fields):
+        m = service.methods_by_name[method]
+        request, reply = message_factory.GetMessageClass(m.input_type), message_factory.GetMessageClass(m.output_type)
+        with grpc.insecure_channel(server.grpc) as channel:
+            return channel.unary_unary(f"/{service.full_name}/{method}", request_serializer=lambda r: r.SerializeToString(),
+                                       response_deserializer=reply.FromString)(request(**fields))
+
+    assert call("ServerMetadata").name == "vkact"
+    assert call("ModelReady", name="relu").ready and not call("ModelReady", name="nope").ready
+    assert call("ModelConfig", name="softmax").config.name == "softmax"  # model_config.proto's messages too
+
+
+@pytest.mark.parametrize("version", ["v1alpha", "v1"])
+def test_server_reflection(server, version):
+    """grpcio-reflection's client, as grpcurl lists and describes: the services, and descriptors enough
+    to build and send a call without any .proto file or generated module."""
+    from google.protobuf import descriptor_pool, message_factory
+    from grpc_reflection.v1alpha import reflection_pb2
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(server.grpc) as channel:
+        if version == "v1":  # the same messages on the wire at v1's path (grpcurl asks there first)
+            info = channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                         request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                         response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+            (answer,) = list(info(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=30))
+            assert "inference.GRPCInferenceService" in {s.name for s in answer.list_services_response.service}
+            return
+        database = ProtoReflectionDescriptorDatabase(channel)
+        assert {"inference.GRPCInferenceService", "grpc.health.v1.Health"} <= set(database.get_services())
+        pool = descriptor_pool.DescriptorPool(database)
+        service = pool.FindServiceByName("inference.GRPCInferenceService")
+        method = service.methods_by_name["ModelReady"]
+        request, reply = message_factory.GetMessageClass(method.input_type), message_factory.GetMessageClass(method.output_type)
+        call = channel.unary_unary(f"/{service.full_name}/{method.name}", request_serializer=lambda r: r.SerializeToString(),
+                                   response_deserializer=reply.FromString)
+        assert call(request(name="relu"), timeout=30).ready
+        with pytest.raises(KeyError):
+            pool.FindServiceByName("no.such.Service")

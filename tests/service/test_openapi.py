@@ -121,3 +121,76 @@ def test_docs_load_only_local_assets(http, page):
     for asset in assets:
         response = http.get(asset)
         assert response.status_code == 200 and len(response.content) > 1000, asset
+
+
+#: POST routes that answer as Triton does whatever their body: the example shows the request, refused
+REFUSED_BY_DESIGN = {
+    "/v2/repository/models/{model}/unload": 400,        # the models are built in
+    "/v2/cudasharedmemory/region/{name}/register": 400,  # no CUDA memory
+    "/v2/trace/setting": 503, "/v2/models/{model}/trace/setting": 503, "/v2/logging": 503,  # not supported
+}
+
+
+def examples_of(spec: dict) -> list[tuple[str, str, str, Any]]:
+    """(URL, path, example name, body or None) of every POST route, its path parameters filled from their examples."""
+    out = []
+    for path, operations in spec["paths"].items():
+        if "post" not in operations:
+            continue
+        operation = operations["post"]
+        params = {p["name"]: p for p in operation.get("parameters", []) if p["in"] == "path"}
+        assert all("example" in p for p in params.values()), (path, params)  # "Try it out" leaves none blank
+        url = path.format(**{name: p["example"] for name, p in params.items()})
+        body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+        if body is None:
+            out.append((url, path, "-", None))
+            continue
+        assert body.get("examples"), f"{path} has a body and no example"
+        out += [(url, path, name, example["value"]) for name, example in body["examples"].items()]
+    return out
+
+
+def test_every_post_example_works_as_written(spec, http):
+    """What Swagger's "Try it out" sends: each example, as written, answers 2xx (or the refusal a route
+    always answers, as Triton's); results are checked against the operator's numpy reference."""
+    import numpy as np
+    import tritonclient.utils.shared_memory as shm
+
+    from service.api.openapi_examples import REGION_KEY
+    from service.operators import parse_operator
+
+    region = shm.create_shared_memory_region("openapi_example", REGION_KEY, 64)  # what the register example names
+    try:
+        families = set()
+        for url, path, name, body in examples_of(spec):
+            answer = http.post(url, json=body) if body is not None else http.post(url)
+            expected = REFUSED_BY_DESIGN.get(path)
+            if expected is not None:
+                assert answer.status_code == expected, (url, name, answer.text)
+                continue
+            assert 200 <= answer.status_code < 300, (url, name, answer.text)
+            if path == "/v1/execute":
+                op = parse_operator(body["Operator"])
+                inputs = [np.array(body["Inputs"][f], np.float32).reshape(op.inputs[0].Sizes) for f in op.input_fields]
+                got = np.array(answer.json()["Output"], np.float32).reshape(op.output.Sizes)
+                np.testing.assert_allclose(got, op.reference(*inputs), rtol=1e-5, atol=1e-6)
+                families.add(op.kind)
+            elif path.endswith("/infer"):
+                x = np.array(body["inputs"][0]["data"], np.float64)
+                alpha = float(body["parameters"]["Alpha"])
+                celu = np.maximum(x, 0) + np.minimum(0, alpha * (np.exp(x / alpha) - 1))  # CELU's formula, float64
+                np.testing.assert_allclose(answer.json()["outputs"][0]["data"], celu, rtol=1e-5, atol=1e-6)
+        assert families == {"elementwise", "reduction"}
+    finally:
+        http.post("/v2/systemsharedmemory/unregister")
+        http.post("/v2/repository/models/celu/load")  # the load example set celu's batching: the service's again
+        shm.destroy_shared_memory_region(region)
+
+
+def test_v1_execute_has_one_example_per_operator_family(spec):
+    examples = spec["paths"]["/v1/execute"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+    families = {name.split(":")[0] for name in examples}
+    assert families == {"no parameters", "scalar parameters", "two inputs", "reduction over the last axis", "reduction over axes"}
+    v1 = schema_validator(spec, body_schema(spec, "/v1/execute"))
+    for example in examples.values():
+        v1.validate(example["value"])

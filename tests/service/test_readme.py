@@ -51,8 +51,8 @@ def test_python_examples(server, capsys):
         exec(compile(code.replace(GRPC_DEFAULT, server.grpc), "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "[-2.5 -1.5  0.   0.   0.   1.5  2.5]" in out
-    assert sum("grpcclient" in block for block in blocks) == 2  # the gRPC examples, binary and shared memory
-    assert out.count("[-2.5 -1.5  0.   0.   0.   1.5  2.5]") >= 3 and "True" in out
+    assert sum("grpcclient" in block for block in blocks) == 3  # the gRPC examples: binary, a stream, shared memory
+    assert out.count("[-2.5 -1.5  0.   0.   0.   1.5  2.5]") >= 4 and "True" in out
 
 
 def test_configuration_table_names_every_setting():

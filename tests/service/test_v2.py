@@ -78,6 +78,16 @@ def test_health(tc):
     assert not tc.is_model_ready("nope") and not tc.is_model_ready("shrink", "2")
 
 
+def test_unknown_model_readiness_reads_false(server):
+    """A probe that reads the flag: false for an unknown model or version, the reason beside it."""
+    with server.client() as http:
+        for path, answer, reason in (("/v2/models/nope/ready", {"name": "nope"}, "unknown model"),
+                                     ("/v2/models/shrink/versions/2/ready", {"name": "shrink", "version": "2"}, "no version")):
+            r = http.get(path)
+            assert r.status_code == 404
+            assert r.json() == {**answer, "ready": False, "error": r.json()["error"]} and reason in r.json()["error"]
+
+
 def test_server_metadata_lists_only_what_is_implemented(tc):
     meta = tc.get_server_metadata()
     assert meta["name"] == "vkact" and meta["version"]
@@ -93,10 +103,13 @@ def test_every_operator_is_a_model(tc, model):
     assert meta["name"] == model and meta["versions"] == ["1"]
     assert [i["name"] for i in meta["inputs"]] == list(op.input_fields)
     assert [o["name"] for o in meta["outputs"]] == [op.output_field]
-    assert all(t["datatype"] == "FP32" and t["shape"] == [-1] for t in meta["inputs"] + meta["outputs"])
-    assert meta["parameters"]["datatypes"].split(",") == datatypes(op)
     config = tc.get_model_config(model)
-    assert config["max_batch_size"] == 0 and config["name"] == model
+    batched = op.kind == "elementwise"  # the device worker batches elementwise models only
+    assert (config["max_batch_size"] > 1) == batched and ("dynamic_batching" in config) == batched and config["name"] == model
+    shape = [-1, -1] if batched else [-1]  # a batched model's leading dimension, as Triton shows it
+    assert all(t["datatype"] == "FP32" and t["shape"] == shape for t in meta["inputs"] + meta["outputs"])
+    assert meta["parameters"]["datatypes"].split(",") == datatypes(op) and meta["parameters"]["dimension_counts"] == "1-8"
+    assert config["parameters"]["datatypes"]["string_value"] == meta["parameters"]["datatypes"]
     assert [i["name"] for i in config["input"]] == list(op.input_fields)
     assert all(i["dims"] == [-1] and i["data_type"] == "TYPE_FP32" for i in config["input"] + config["output"])
 
@@ -271,7 +284,12 @@ def test_triton_metrics(tc, http):
     assert "# TYPE nv_inference_request_success counter" in after and "nv_inference_request_success_total" not in after
     for name, delta in [("nv_inference_request_success", 2), ("nv_inference_count", 2), ("nv_inference_exec_count", 2), ("nv_inference_request_failure", 1)]:
         assert value(after, name, "softsign") - value(before, name, "softsign") == delta, name
-    for name in ("nv_inference_request_duration_us", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us"):
+    for name in ("nv_inference_request_duration_us", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
+                 "nv_inference_compute_input_duration_us", "nv_inference_compute_output_duration_us"):
         assert value(after, name, "softsign") >= value(before, name, "softsign")
+    # compute_input is the request's time outside its queue and dispatch, as the statistics' span
+    spans = tc.get_inference_statistics("softsign")["model_stats"][0]["inference_stats"]
+    assert abs(value(after, "nv_inference_compute_input_duration_us", "softsign") - spans["compute_input"]["ns"] / 1000) <= 1
+    assert value(after, "nv_inference_compute_input_duration_us", "softsign") > value(before, "nv_inference_compute_input_duration_us", "softsign")
     assert value(after, "nv_inference_pending_request_count", "softsign") == 0
     assert 'vkact_requests_total{code="200",operator="DML_OPERATOR_ACTIVATION_SOFTSIGN"}' in after

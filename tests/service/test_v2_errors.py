@@ -195,7 +195,8 @@ def test_routing_errors_use_the_protocols_shape(http):
     assert_error(http.get("/v2/nothing"), 404, "Not Found")
     assert_error(http.get("/v2/models/shrink/infer"), 405, "Method Not Allowed")
     assert_error(http.post("/v2/repository/index", content=b"[1]"), 400, "JSON object")
-    assert_error(http.get("/v2/models/nope/ready"), 404, "unknown model")
+    unknown = http.get("/v2/models/nope/ready")  # readiness: the flag, false, with the reason
+    assert unknown.status_code == 404 and unknown.json()["ready"] is False and "unknown model" in unknown.json()["error"]
     assert http.post("/v2/repository/index", json={"ready": True}).json()[0]["state"] == "READY"
     for ready in ("yes", 1, None, [True]):  # a filter that is no boolean is refused, not ignored
         assert_error(http.post("/v2/repository/index", json={"ready": ready}), 400, "ready must be true or false")
@@ -241,3 +242,35 @@ def test_full_queue_answers_503_with_retry_after():
             assert 'nv_inference_request_failure{model="scaled_tanh",version="1"} ' + str(len(busy)) in metrics
     finally:
         stop_server(server)
+
+
+def test_data_types_are_named_as_the_protocol_names_them(server, http):
+    """/v2 and gRPC answer in the protocol's words: INT32, FP16, never DML_TENSOR_DATA_TYPE_* nor a
+    Python enum; /v1 keeps DirectML's names (its requests use them)."""
+    import tritonclient.grpc as tg
+
+    def infer_body(*tensors: tuple[str, str]) -> dict:
+        return {"inputs": [{"name": name, "datatype": datatype, "shape": [2], "data": [1, 2]} for name, datatype in tensors]}
+
+    cases = [
+        ("softsign", infer_body(("InputTensor", "INT32")), "does not support INT32; it supports FP16, FP32"),
+        ("relu_grad", infer_body(("InputTensor", "FP32"), ("InputGradientTensor", "FP16")),
+         "InputGradientTensor.DataType must equal InputTensor.DataType (FP32), got FP16"),
+    ]
+    grpc = tg.InferenceServerClient(server.grpc)
+    try:
+        for model, body, text in cases:
+            assert_error(http.post(f"/v2/models/{model}/infer", json=body), 400, text)
+            inputs = []
+            for t in body["inputs"]:
+                dtype = {"INT32": np.int32, "FP16": np.float16, "FP32": np.float32}[t["datatype"]]
+                inputs.append(tg.InferInput(t["name"], t["shape"], t["datatype"]).set_data_from_numpy(np.array(t["data"], dtype)))
+            with pytest.raises(InferenceServerException) as info:
+                grpc.infer(model, inputs)
+            assert text in info.value.message() and "DML_TENSOR" not in info.value.message() and "DataType." not in info.value.message()
+    finally:
+        grpc.close()
+    v1 = {"Operator": {"Type": "DML_OPERATOR_ACTIVATION_SOFTSIGN", "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_INT32", "Sizes": [2]}},
+          "Inputs": {"InputTensor": [1, 2]}}
+    answer = http.post("/v1/execute", json=v1)
+    assert answer.status_code == 422 and "does not support DML_TENSOR_DATA_TYPE_INT32" in answer.json()["error"], answer.text

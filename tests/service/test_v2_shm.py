@@ -141,8 +141,9 @@ def test_a_region_is_neither_mapped_nor_held_between_requests(server, tc, region
     np.testing.assert_allclose(shm.get_contents_as_numpy(region.handle, np.float32, [256], offset=x.nbytes), x / 2, rtol=1e-6)
     assert not held(server.process.pid, region.key)
     tc.unregister_system_shared_memory(region.name)
-    with pytest.raises(InferenceServerException, match="not a registered"):
+    with pytest.raises(InferenceServerException, match="not a registered") as info:
         tc.infer("softsign", [shm_input("InputTensor", x, region)])
+    assert info.value.status() == "404"  # as Triton answers an unknown region
 
 
 def test_asyncio_client(server, regions):
@@ -254,7 +255,7 @@ def test_regions_are_shared_by_the_http_processes():
             if info.value.status() == "503":
                 time.sleep(0.05)
                 continue
-            assert info.value.status() == "400" and "not a registered" in info.value.message(), info.value.message()
+            assert info.value.status() == "404" and "not a registered" in info.value.message(), info.value.message()
             refused += 1
             if refused == 20:
                 break

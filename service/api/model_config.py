@@ -1,0 +1,119 @@
+"""What a model's Triton configuration says about batching, and load_model with a config: the settings
+vkact honours (max_batch_size, dynamic_batching) are applied to the model's batching in the device
+worker; any other field that differs from the served configuration is refused (400 /
+INVALID_ARGUMENT, naming the field), so a sweep never measures one thing while believing another.
+
+vkact batches as Triton's dynamic batcher with no queue delay: requests of one elementwise model with
+equal shapes and parameters that queued while the device was busy run as one dispatch, up to
+max_batch_size (VKACT_MAX_BATCH, the device's default otherwise). Reductions are never batched."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRequest
+from ..operators import OperatorDesc, short_name
+from .runtime import Runtime
+from .v2_models import config, metadata
+
+HONOURED = ("max_batch_size", "dynamic_batching")
+
+
+@dataclass(frozen=True)
+class Batching:
+    max_batch_size: int   # Triton's: 0, the model does not batch
+    dynamic: bool         # dynamic_batching present: queued requests run together
+
+    @property
+    def limit(self) -> int:
+        """Jobs per dispatch in the device worker."""
+        return self.max_batch_size if self.dynamic and self.max_batch_size > 1 else 1
+
+
+def batches(op: type[OperatorDesc]) -> bool:
+    """Whether the device worker can run several of this model's requests as one dispatch."""
+    return op.kind == "elementwise"
+
+
+def batching(state: Runtime, op: type[OperatorDesc]) -> Batching:
+    """The model's batching: as loaded with a config, or the service's."""
+    loaded = state.batching.get(op)
+    if loaded is not None:
+        return loaded
+    most = state.worker.max_batch if state.worker is not None else 1
+    return Batching(most, True) if batches(op) and most > 1 else Batching(0, False)
+
+
+def model_metadata(state: Runtime, op: type[OperatorDesc]) -> dict[str, Any]:
+    return metadata(op, batching(state, op).max_batch_size)
+
+
+def model_config(state: Runtime, op: type[OperatorDesc]) -> dict[str, Any]:
+    chosen = batching(state, op)
+    return config(op, chosen.max_batch_size, chosen.dynamic)
+
+
+def load(state: Runtime, op: type[OperatorDesc], text: str | None) -> None:
+    """load_model: no config restores the service's batching (Triton reloads the model from its
+    repository); a config (Triton's JSON, as ``parameters.config``) sets it, or is refused whole."""
+    worker = state.worker
+    assert worker is not None
+    if text is None:
+        state.batching.pop(op, None)
+        worker.batch_limits.pop(op, None)
+        return
+    asked, served = _parsed(text), model_config(state, op)
+    normal, served_normal = _normal(asked), _normal(served)
+    for key, value in normal.items():
+        if key not in HONOURED and value != served_normal.get(key):
+            raise InvalidRequest(f"vkact applies only {' and '.join(HONOURED)} from a config; {key} differs from the "
+                                 f"model's ({json.dumps(served.get(key))})", f"config.{key}")
+    # The config is the model's whole configuration, as Triton takes it: no max_batch_size is 0, no
+    # dynamic_batching is none; fields it leaves out besides those keep the served values.
+    size = int(normal.get("max_batch_size", 0))
+    if size < 0:
+        raise InvalidRequest(f"max_batch_size must be at least 0, got {size}", "config.max_batch_size")
+    if size > 0 and not batches(op):
+        raise InvalidRequest(f"model {short_name(op)!r} is a reduction: it runs each request alone (max_batch_size 0)",
+                             "config.max_batch_size")
+    if size > worker.max_batch:
+        raise InvalidRequest(f"max_batch_size is at most {worker.max_batch} here (VKACT_MAX_BATCH)", "config.max_batch_size")
+    dynamic = "dynamic_batching" in asked
+    for key in normal.get("dynamic_batching", {}):  # only what differs from the defaults is there
+        raise InvalidRequest(f"vkact's dynamic batching never waits and has no other setting ({key})", f"config.dynamic_batching.{key}")
+    if dynamic and size == 0:
+        raise InvalidRequest("dynamic_batching needs max_batch_size above 0", "config.dynamic_batching")
+    chosen = Batching(size, dynamic)
+    state.batching[op] = chosen
+    worker.batch_limits[op] = chosen.limit
+
+
+def refuse_load_parameters(names: Any) -> None:
+    """A load's parameters other than ``config`` (Triton's "file:..." model files): vkact has none."""
+    for name in names:
+        raise InvalidRequest(f"vkact's models are built in: a load takes only a config, not {name!r}", name)
+
+
+def _parsed(text: str) -> dict[str, Any]:
+    try:
+        asked = json.loads(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"the config is not JSON: {exc}", "config") from None
+    if not isinstance(asked, dict):
+        raise InvalidRequest("the config must be a JSON object (Triton's model configuration)", "config")
+    return asked
+
+
+def _normal(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as Triton's ModelConfig message reads it (fields at their defaults left out, int64 as
+    text), so a config read over gRPC or HTTP compares equal to the served one."""
+    from google.protobuf import json_format
+
+    from .grpc_messages import config_pb  # compiles the .proto files: only when a config is loaded
+
+    try:
+        message = json_format.ParseDict(config, config_pb.ModelConfig())
+    except json_format.ParseError as exc:
+        raise InvalidRequest(f"the config is not a Triton model configuration: {exc}", "config") from None
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
