@@ -476,7 +476,9 @@ class OperatorMethods(Generic[_R]):
         -> -2 -> 254). ONNX's reference rounds x -/+ Bias to float64 before truncating, and ONNX Runtime to
         float32; vkact does not round, which differs from them only when Bias has a fractional part below
         about 2^-20 of x (x - 2^-52 is x - 1 here, x there). INT64, UINT64 and FLOAT64, which ONNX
-        also allows, are accepted but have no kernel (see NO_KERNEL): a request gets a 422.
+        also allows, run natively where the device has shaderInt64/shaderFloat64 and emulated in 32-bit
+        words elsewhere (glsl/common/emu64.glsl): the same exact results. FLOAT64 computes with Bias and
+        Threshold as the float32 values that DirectML's FLOAT gives (as ONNX's float attributes do).
 
         Type DML_OPERATOR_ACTIVATION_SHRINK.
 
