@@ -28,7 +28,7 @@ from .runtime import device_worker, runtime
 from .json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
 from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
 from .v2_encoding import choose_encoding, compress, decode_body
-from .v2_models import MODELS, config, find_model, metadata
+from .v2_models import MODELS, config, find_model, kernel_features, metadata
 from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
@@ -87,13 +87,13 @@ async def server_metadata(request: Request) -> dict[str, Any]:
 
 
 @router.get("/models/{model}", summary="Model metadata")
-async def model_metadata(model: str) -> dict[str, Any]:
-    return metadata(find_model(model))
+async def model_metadata(request: Request, model: str) -> dict[str, Any]:
+    return metadata(find_model(model), kernel_features(device_worker(request).info))
 
 
 @router.get("/models/{model}/versions/{version}", summary="Model metadata of one version")
-async def model_version_metadata(model: str, version: str) -> dict[str, Any]:
-    return metadata(find_model(model, version))
+async def model_version_metadata(request: Request, model: str, version: str) -> dict[str, Any]:
+    return metadata(find_model(model, version), kernel_features(device_worker(request).info))
 
 
 @router.get("/models/{model}/ready", summary="Model readiness")

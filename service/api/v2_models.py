@@ -14,8 +14,7 @@ from .metrics import MODEL_VERSION
 
 PLATFORM = "vkact_directml"
 
-#: The protocol's tensor data types that name a DML_TENSOR_DATA_TYPE. INT64, UINT64 and FP64 are here
-#: because the descriptor layer accepts them for some operators (and then says there is no kernel).
+#: The protocol's tensor data types that name a DML_TENSOR_DATA_TYPE.
 V2_TO_DML: dict[str, DataType] = {
     "FP32": DataType.FLOAT32,
     "FP16": DataType.FLOAT16,
@@ -44,10 +43,22 @@ def param_fields(op: type[OperatorDesc]) -> tuple[str, ...]:
     return fields() if fields is not None else op.scalar_fields()
 
 
-def datatypes(op: type[OperatorDesc]) -> list[str]:
-    """The protocol's names of the data types this operator runs on the device, FP32 first."""
-    have = {t for t in op.accepted_types() if t.info.shader is not None}
+def datatypes(op: type[OperatorDesc], features: frozenset[str] | None = None) -> list[str]:
+    """The protocol's names of the data types this operator accepts, FP32 first; given the device's
+    kernel features (``kernel_features``), only those it runs there."""
+    have = op.accepted_types() if features is None else {t for t, v in op.served_types(features).items() if v}
     return [v2 for v2, dml in V2_TO_DML.items() if dml in have]
+
+
+def refused(op: type[OperatorDesc], features: frozenset[str]) -> dict[str, str]:
+    """The accepted data types that this device has no kernel of ``op`` for: protocol name -> the
+    device feature that it lacks."""
+    return {DML_TO_V2[t]: t.info.feature or "" for t, v in op.served_types(features).items() if v is None}
+
+
+def kernel_features(info: dict[str, Any] | None) -> frozenset[str] | None:
+    """The device features the kernels use, from the device worker's ready report (None before it)."""
+    return None if info is None else frozenset(info.get("kernel_features", ()))
 
 
 def find_model(name: str, version: str | None = None) -> type[OperatorDesc]:
@@ -78,17 +89,21 @@ def _defaults(op: type[OperatorDesc]) -> dict[str, Any]:
     return {**out, "required": ",".join(required)} if required else out
 
 
-def metadata(op: type[OperatorDesc]) -> dict[str, Any]:
+def metadata(op: type[OperatorDesc], features: frozenset[str] | None = None) -> dict[str, Any]:
     """$metadata_model_response. The tensors show FP32, the default; ``parameters.datatypes`` lists every
-    data type the model accepts, and the other parameters are the operator's fields with their defaults."""
+    data type the model serves on this device (every one it accepts until the device is known),
+    ``datatypes_refused`` the accepted ones without a kernel here, each with the device feature it
+    lacks; the other parameters are the operator's fields with their defaults."""
     first = datatypes(op)[0]
+    without = refused(op, features) if features is not None else {}
+    extra = {"datatypes_refused": ",".join(f"{t} ({need})" for t, need in without.items())} if without else {}
     return {
         "name": short_name(op),
         "versions": [MODEL_VERSION],
         "platform": PLATFORM,
         "inputs": [{"name": name, "datatype": first, "shape": VARIABLE_SHAPE} for name in op.input_fields],
         "outputs": [{"name": op.output_field, "datatype": first, "shape": VARIABLE_SHAPE}],
-        "parameters": {"datatypes": ",".join(datatypes(op)), **_defaults(op)},
+        "parameters": {"datatypes": ",".join(datatypes(op, features)), **extra, **_defaults(op)},
     }
 
 
