@@ -2,6 +2,16 @@
 #extension GL_GOOGLE_include_directive : require
 #include "common/elementwise.glsl"
 
+#if defined(DTYPE_F64)
+#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+// FLOAT64: the same split with exp_d (1 ulp; e / (1 + e) and 1 / (1 + e) add a rounding each and
+// half an ulp of 1 + e: below 2 ulp), exp_d keeps the tail x << 0 down to the subnormals.
+double activate(double x) {
+    double e = exp_d(-abs(x));
+    precise double r = (x >= 0.0 ? 1.0 : e) / (1.0 + e);
+    return r;
+}
+#else
 // DML_ACTIVATION_SIGMOID_OPERATOR_DESC: 1 / (1 + exp(-x)), as 1 / (1 + e) for x >= 0 and e / (1 + e)
 // for x < 0 with e = exp(-|x|) <= 1: no overflow, and full relative accuracy in the tail x << 0.
 // +-inf give 1 and 0; NaN stays NaN.
@@ -9,3 +19,4 @@ float activate(float x) {
     float e = exp_neg_f(-abs(x));
     return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
 }
+#endif

@@ -26,9 +26,10 @@ double pow2_d(int n) {
     return packDouble2x32(uvec2(0u, uint(n + 1023) << 20));
 }
 
-// y * 2^n for |y| in [2^-8, 2^8] and any integer n, rounded once: n (clamped to [-2044, 2046], beyond
-// which the result is 0 or inf anyway) is split in two halves, the first multiply is exact (the
-// intermediate stays normal), the second rounds, into the subnormal range or to inf where it must.
+// y * 2^n for |y| in [2^-100, 2^100] and any integer n, rounded once: n (clamped to [-2044, 2046],
+// beyond which the result is 0 or inf anyway) is split in two halves, the first multiply is exact (the
+// intermediate y 2^(n/2) stays normal), the second rounds, into the subnormal range or to inf where
+// it must.
 double ldexp_wide_d(double y, int n) {
     int m = clamp(n, -2044, 2046);
     int n1 = m >> 1;                // floor(m / 2) in [-1022, 1023]
@@ -70,9 +71,9 @@ double two_diff_d(double a, double b, out double e) {
 
 // ---- exp ------------------------------------------------------------------------------------------
 
-// exp(a + b) = m * 2^k for a in [-2100, 710] and |b| <= 2^-40 |a| (or |b| <= 2^-40): fdlibm's e_exp.c
+// exp(a + b) = m * 2^k for a in [-2100, 2100] and |b| <= 2^-40 |a| (or |b| <= 2^-40): fdlibm's e_exp.c
 // kernel. k = round(a / ln2); hi = a - k ln2_hi is exact (ln2_hi has 32 significant bits, |k| < 2^12,
-// and hi is small against a: Sterbenz), lo = k ln2_lo - b (rounded: an error below 2^-53 * 2^-20,
+// and hi is small against a: Sterbenz; 2^k itself is the caller's to form), lo = k ln2_lo - b (rounded: an error below 2^-53 * 2^-20,
 // relative to e^r an absolute error of that order: nothing), r = hi - lo in [-0.35, 0.35]; then
 // e^r = 1 - ((lo - r c / (2 - c)) - hi) with c = r - r^2 P(r^2), P of degree 5 (error below 2^-59).
 // m is in [0.7, 1.42] with a relative error below 1 ulp (fdlibm's bound for exp, whose last step is
@@ -367,6 +368,78 @@ double gelu_d(double x) {
     double tail = gauss_tail_d(u);
     precise double r = x - tail;
     return x > 0.0 ? r : -tail;
+}
+
+// ---- building blocks of the operators --------------------------------------------------------------
+
+// x = m * 2^e with |m| in [0.5, 1) for finite nonzero x (0, inf, NaN: m = x, e = 0) (subnormals included: scaled by 2^54 first);
+// bit arithmetic, not GLSL's frexp, whose handling of subnormal doubles is the driver's.
+double frexp_d(double x, out int e) {
+    if (x == 0.0 || isinf(x) || isnan(x)) { e = 0; return x; }
+    bool sub = abs(x) < 2.2250738585072014e-308;
+    precise double xs = x * 18014398509481984.0;            // 2^54, exact
+    uvec2 b = unpackDouble2x32(sub ? xs : x);
+    e = int((b.y >> 20) & 0x7ffu) - 1022 - (sub ? 54 : 0);
+    return packDouble2x32(uvec2(b.x, (b.y & 0x800fffffu) | 0x3fe00000u));
+}
+
+// a * x + b rounded about once, for finite a and b: Dekker's exact product a * x = p + e, then
+// (p + b) + e. Where a * x and b cancel, p + b is exact (Sterbenz) and the result is within half an
+// ulp; elsewhere within an ulp. x or a * x infinite: e is NaN, and p + b is the answer.
+double mul_add_d(double x, double a, double b) {
+    double e;
+    double p = two_prod_d(a, x, e);
+    precise double s = p + b;
+    precise double t = s + e;
+    return isnan(t) ? s : t;
+}
+
+// log(1 + exp(-|z|)) = lm * 2^le for z = zh + zl (the exact product of a parameter and x, see
+// two_prod_d), the part of softplus that never overflows; the caller scales it (divides by Steepness,
+// multiplies by Alpha) as y * 2^le with ldexp_wide_d, so that a value below the normal range is still
+// rounded only once at the end. |z| < 40: lm = log1p(exp(-|z|)), le = 0 (exp: 1 ulp, log1p's
+// condition number at most 1 there: below 2 ulp in all); |z| >= 40: exp(-|z|) < 2^-57, so
+// log1p(e) = e (1 - e / 2 + ...) rounds to e: lm 2^le = exp(-|z|) as exp_parts_d's m 2^k (1 ulp).
+// NaN z gives NaN.
+double log1p_exp_neg_d(double zh, double zl, out int le) {
+    double a = -abs(zh);
+    double b = zh > 0.0 ? -zl : zl;                          // -|z| = a + b
+    b = a < -1500.0 ? 0.0 : b;                               // zl is NaN where zh overflowed
+    int k;
+    double m = exp_parts_d(max(a, -2100.0), b, k);
+    bool near = a > -40.0;
+    le = near ? 0 : k;
+    double lm = near ? log1p_d(ldexp_wide_d(m, k)) : m;
+    return isnan(zh) ? zh : lm;
+}
+
+// alpha * expm1(x / alpha) for x <= 0 and alpha != 0 (CELU's negative branch; either sign of alpha).
+// y = x / alpha is rounded, and expm1's relative error is y e^y / expm1(y) times y's, up to y for
+// y = x / alpha >> 0 (alpha < 0): so its tail yl = (x - y alpha) / alpha (y alpha exactly by
+// two_prod_d) is added back as expm1(y + yl) = expm1(y) + yl (1 + expm1(y)) for y < 40 (below 2 ulp:
+// expm1, the sum, the product); beyond, expm1(y) = exp(y) (e^-40 is below 2^-57), and alpha is folded
+// into exp's power of two, alpha e^y = (am m) 2^(ae + k), so that it overflows exactly where the result
+// does (|alpha| < 1 lets the result stay finite where e^y is not).
+double alpha_expm1_quotient_d(double x, double alpha) {
+    precise double y = x / alpha;
+    double e;
+    double p = two_prod_d(y, alpha, e);
+    precise double yl = ((x - p) - e) / alpha;
+    yl = abs(y) > 1500.0 ? 0.0 : yl;                      // y or y alpha overflowed: the tail is irrelevant
+    double em = expm1_d(y);
+    precise double em2 = yl == 0.0 ? em : em + yl * (1.0 + em);   // x = -0: -0
+    precise double near = alpha * em2;
+    int k, ae;
+    double m = exp_parts_d(min(y, 2000.0), yl, k);
+    double am = frexp_d(alpha, ae);
+    precise double q = am * m;
+    double far = ldexp_wide_d(q, k + ae);
+    return y >= 40.0 ? far : near;                        // NaN: near, NaN
+}
+
+// min(max(t, 0), 1) that keeps NaN (GLSL's min and max may drop it).
+double clamp_unit_d(double t) {
+    return t >= 1.0 ? 1.0 : (t <= 0.0 ? 0.0 : t);
 }
 
 #endif

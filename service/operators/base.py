@@ -17,6 +17,9 @@ from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
 from .numerics import flush_subnormal
 from ..errors import DescriptorError, UnsupportedOnDevice
 
+#: The FLOAT64 that the float operators accept beyond DirectML (ONNX defines double for them).
+FLOAT64_ONLY = frozenset({DataType.FLOAT64})
+
 #: A scalar parameter: DirectML's FLOAT, which must be a finite number here.
 Scalar = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -93,9 +96,16 @@ class OperatorDesc(BaseModel):
         (CELU's sign of Alpha) overrides it, which beats a branch that lavapipe would run both ways."""
         return self.shader
 
-    def shader_params(self) -> tuple[float, ...]:
-        """The kernel's PARAM(0..5): the scalar fields in order, unless the shader wants derived values."""
-        return self.scalars()
+    def shader_params(self) -> tuple:
+        """The kernel's PARAM(0..5): the scalar fields in order, unless the shader wants derived values;
+        FLOAT64 kernels get them as doubles (float64_params)."""
+        return self.float64_params() if self.data_type is DataType.FLOAT64 else self.scalars()
+
+    def float64_params(self) -> tuple[np.float64, ...]:
+        """A FLOAT64 kernel's PARAM_F64(0), PARAM_F64(2), ...: the scalar fields in order as doubles, of
+        the float32 values that DirectML's FLOAT (and ONNX's float attributes) give them, which is
+        what the reference computes with (``reference``)."""
+        return tuple(np.float64(flush_subnormal(v)) for v in self.scalars())
 
     def formula(self, *xs: np.ndarray) -> np.ndarray:
         """The operator's maths on float64 arrays (the test oracle)."""

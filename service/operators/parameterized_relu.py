@@ -24,7 +24,7 @@ class ParameterizedRelu(OperatorDesc):
     shader: ClassVar[str] = "parameterized_relu"
     support: ClassVar = with_types(legacy_float(), FeatureLevel.FL_5_1, INTEGERS_SIGNED)
     input_fields: ClassVar[tuple[str, ...]] = ("InputTensor", "SlopeTensor")
-    extra_types: ClassVar = frozenset({DataType.INT64})
+    extra_types: ClassVar = frozenset({DataType.INT64, DataType.FLOAT64})
     emulated_types: ClassVar = frozenset({DataType.INT64})
     formula_text: ClassVar[str] = "x if x >= 0; else SlopeTensor * x"
 

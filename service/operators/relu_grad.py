@@ -22,7 +22,7 @@ class ReluGrad(OperatorDesc):
     in_place: ClassVar[bool] = False  # DirectMLSchema.h flags RELU_GRAD without IN_PLACE_EXECUTION
     input_fields: ClassVar[tuple[str, ...]] = ("InputTensor", "InputGradientTensor")
     output_field: ClassVar[str] = "OutputGradientTensor"
-    extra_types: ClassVar = frozenset({DataType.INT64})
+    extra_types: ClassVar = frozenset({DataType.INT64, DataType.FLOAT64})
     emulated_types: ClassVar = frozenset({DataType.INT64})
     formula_text: ClassVar[str] = "InputGradientTensor if InputTensor > 0; else 0"
 

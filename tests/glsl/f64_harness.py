@@ -2,9 +2,8 @@
 the correctly rounded mpmath references to judge it in ulp.
 
 The function comes from glsl/common/f64math.glsl (or another include): f64math_probe.comp is compiled
-with -DFN=<name> and applied elementwise. The shader uses Float64, so it needs a device with
-shaderFloat64 (lavapipe has it); until the patched kp enables the feature it runs without the
-validation layer's blessing.
+with -DFN=<name> and applied elementwise. The shader uses Float64: it runs on the engine's device
+(Settings.device) where that reports shaderFloat64, which the patched kp then enables (``device``).
 """
 from __future__ import annotations
 
@@ -35,9 +34,16 @@ def spirv(fn: str, two_args: bool = False, include: str = "") -> bytes:
 
 
 @functools.lru_cache(maxsize=1)
+def device():
+    """The device the engine would choose (vulkan_probe's view of it: its features)."""
+    from service.vulkan_probe import choose, physical_devices
+    return choose(physical_devices(), Settings().device)
+
+
+@functools.lru_cache(maxsize=1)
 def manager():
     import kp
-    return kp.Manager()
+    return kp.Manager(device().index)
 
 
 def run(fn: str, x: np.ndarray, p: np.ndarray | None = None, include: str = "") -> np.ndarray:

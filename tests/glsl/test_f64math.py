@@ -10,14 +10,11 @@ import mpmath
 import numpy as np
 import pytest
 
-from tests import vulkan_validation
-from tests.glsl.f64_harness import rounded, run
+from tests.glsl.f64_harness import device, rounded, run
 from tests.helpers import ulp_distance
 
-# kp 0.9 creates its device with no features enabled: a Float64 shader runs on lavapipe, but the
-# validation layer reports it (VUID-VkShaderModuleCreateInfo-pCode-01091), and SwiftShader, which has
-# no shaderFloat64, is only ever run under validation here.
-pytestmark = pytest.mark.skipif(vulkan_validation.ENABLED, reason="shaderFloat64 is not enabled by kp 0.9")
+# A device without shaderFloat64 (SwiftShader) would run a Float64 shader and return wrong values.
+pytestmark = pytest.mark.skipif("shaderFloat64" not in device().features, reason="the device has no shaderFloat64")
 
 TINY = 2.2250738585072014e-308
 MAX = np.finfo(np.float64).max
