@@ -84,6 +84,16 @@ FORMULAS: dict[str, Callable] = {
     "GELU": lambda x: x * mpmath.ncdf(x) if abs(x) < 100 else max(x, mp(0)),  # ncdf overflows far out
 }
 
+def correctly_rounded(desc, x: np.ndarray) -> np.ndarray | None:
+    """The correctly rounded FLOAT64 result of an elementwise one-input descriptor on finite ``x``
+    (mpmath), or None for an operator without a formula here (the exact ones: numpy is exact there)."""
+    kind = desc.type_name().removeprefix("DML_OPERATOR_ACTIVATION_")
+    if kind not in FORMULAS or len(desc.inputs) != 1:
+        return None
+    case = Case(kind, dict(zip(desc.scalar_fields(), desc.scalars())))
+    return case.reference(np.ravel(x)).reshape(np.shape(x))
+
+
 _EXP_EDGES = (-745.1332191019411, -745.0, -744.4, -708.4, -708.3964185322641, -40.0, -38.8, -20.0, -1.0, -0.5,
               -0.34657359027997264, -1e-300, 0.5, 1.0, 20.0, 40.0, 709.7, 709.782712893384, 710.0)
 
@@ -147,7 +157,7 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Worst:
-    case: Case
+    case: Case | RowCase
     ulp: int
     at: float
     got: float
@@ -163,6 +173,62 @@ def measure(execute: Callable[[Case, np.ndarray], np.ndarray], case: Case, n: in
     d = ulp_distance(got, want)
     i = int(np.argmax(d))
     return Worst(case, int(d[i]), float(x[i]), float(got[i]), float(want[i]), x.size)
+
+
+@dataclass(frozen=True)
+class RowCase:
+    """A softmax-family case: ``kind`` over ``axes`` of a tensor of ``sizes`` (rows of the product of
+    the reduced sizes), values spread so that exp(x - max) runs from 1 down past the underflow."""
+    kind: str              # SOFTMAX1 or LOG_SOFTMAX1
+    sizes: tuple[int, ...]
+    axes: tuple[int, ...]
+    spread: float = 300.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}(Sizes={list(self.sizes)}, Axes={list(self.axes)}, spread {self.spread:g})"
+
+    @property
+    def params(self) -> dict:
+        return {"Axes": list(self.axes)}
+
+    def inputs(self, seed: int = 5) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        x = rng.normal(0.0, self.spread, self.sizes)
+        x.flat[:: max(1, x.size // 7)] *= 3.0     # a few far below (or above) the rest
+        return x
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        rows = np.moveaxis(x, self.axes, tuple(range(x.ndim - len(self.axes), x.ndim)))
+        flat = rows.reshape(-1, int(np.prod([x.shape[a] for a in self.axes])))
+        out = np.empty_like(flat)
+        with mpmath.workdps(DPS):
+            for r, row in enumerate(flat):
+                v = [mp(float(t)) for t in row]
+                m = max(v)
+                top = v.index(m)
+                rest = mpmath.fsum(mpmath.exp(t - m) for j, t in enumerate(v) if j != top)  # 1 + rest: the sum
+                if self.kind == "SOFTMAX1":
+                    out[r] = [to_double(mpmath.exp(t - m) / (1 + rest)) for t in v]
+                else:  # log1p: log(1 + rest) at 50 digits would lose a rest below 10^-50
+                    out[r] = [to_double((t - m) - mpmath.log1p(rest)) for t in v]
+        return np.moveaxis(out.reshape(rows.shape), tuple(range(x.ndim - len(self.axes), x.ndim)), self.axes)
+
+
+ROW_CASES: tuple[RowCase, ...] = tuple(
+    RowCase(kind, sizes, axes, spread)
+    for kind in ("SOFTMAX1", "LOG_SOFTMAX1")
+    for sizes, axes, spread in (((64, 7), (1,), 300.0), ((4, 1000), (1,), 100.0), ((2, 5000), (1,), 30.0),
+                                ((3, 40, 6), (0, 2), 200.0), ((1, 3), (1,), 1e-3))
+)
+
+
+def measure_rows(execute: Callable[[RowCase, np.ndarray], np.ndarray], case: RowCase) -> Worst:
+    x = case.inputs()
+    got, want = execute(case, x), case.reference(x)
+    d = ulp_distance(got.reshape(-1), want.reshape(-1))
+    i = int(np.argmax(d))
+    return Worst(case, int(d[i]), float(x.reshape(-1)[i]), float(got.reshape(-1)[i]), float(want.reshape(-1)[i]), x.size)
 
 
 def section(device_name: str, results: list[Worst]) -> str:

@@ -20,14 +20,16 @@
 // the ragged ends element by element. LAYOUT_STRIDED: sizes and strides come from the meta table, for
 // the row index (outer dimensions) and the in-row index (inner, reduced, dimensions) separately.
 //
-// Data types (DTYPE_F32, DTYPE_F16): storage is 32-bit words; FLOAT16 is two halves per word, math is
-// fp32. A word that holds elements of two rows (FLOAT16 row ends, strided outputs) is written with
-// atomics on its own half only.
+// Data types (DTYPE_F32, DTYPE_F16, DTYPE_F64): storage is 32-bit words; FLOAT16 is two halves per
+// word, math is fp32. A word that holds elements of two rows (FLOAT16 row ends, strided outputs) is
+// written with atomics on its own half only. FLOAT64 (native, shaderFloat64): an element is two words
+// (low first), math is double (VAL_T), its state and numerics in reduction_f64.glsl.
 //
 // The operator's .comp defines REDUCE_ARGMAX (hardmax) or not (max and sum: softmax, log-softmax),
 // PREP_T, and after including this file:
 //     PREP_T prepare(STATE_T total);                  // once per row, from the row's reduced state
-//     float result(float x, uint index, PREP_T p);    // the output of element `index` (0..row_len-1)
+//     VAL_T result(VAL_T x, uint index, PREP_T p);    // the output of element `index` (0..row_len-1)
+// (VAL_T: float, or double for DTYPE_F64.)
 // and RESULT_IGNORES_INPUT when result() does not read x (the second sweep then reads nothing).
 #ifndef VKACT_REDUCTION
 #define VKACT_REDUCTION
@@ -79,9 +81,23 @@ void store_elem(uint e, float v) {
     atomicAnd(OUT_WORD(e >> 1), ~(0xffffu << shift));
     atomicOr(OUT_WORD(e >> 1), f32_to_f16(v) << shift);
 }
+#elif defined(DTYPE_F64)
+#define UNIT_LEN 2u
+double load_elem(uint e) { return packDouble2x32(uvec2(IN_WORD(2u * e), IN_WORD(2u * e + 1u))); }
+void store_elem(uint e, double v) {
+    uvec2 w = unpackDouble2x32(v);
+    OUT_WORD(2u * e) = w.x;
+    OUT_WORD(2u * e + 1u) = w.y;
+}
 #else
-#error "define DTYPE_F32 or DTYPE_F16"
+#error "define DTYPE_F32, DTYPE_F16 or DTYPE_F64"
 #endif
+
+#if defined(DTYPE_F64)
+#define VAL_T double
+#include "reduction_f64.glsl"   // double numerics, and the softmax family's double state
+#else
+#define VAL_T float
 
 // -- numerics ------------------------------------------------------------------------------------
 // Vulkan lets exp and log be loose (exp: 3 + 2|x| ulp), and Mesa's NIR rewrites float expressions
@@ -142,35 +158,47 @@ float log1p_nonneg(float x) {
     precise float result = lg + err / u;
     return x > -1.0 ? result : (x == -1.0 ? -1.0 / 0.0 : x);   // x is NaN in the last case
 }
+#endif  // DTYPE_F64
 
 // -- the reduced state ---------------------------------------------------------------------------
 
 #ifdef REDUCE_ARGMAX
 // (value bits, index) of the element numpy's argmax picks: the first NaN if any, else the first
-// maximum; ties between lanes go to the lower index. NO_INDEX marks an empty state.
+// maximum; ties between lanes go to the lower index. NO_INDEX marks an empty state. The value is one
+// word (float) or two (double): ARG_VALUE, ARG_INDEX and ARG_STATE read and make a state.
 #define NO_INDEX 0xffffffffu
+#if defined(DTYPE_F64)
+#define STATE_T uvec3
+#define ARG_VALUE(a) packDouble2x32((a).xy)
+#define ARG_INDEX(a) (a).z
+#define ARG_STATE(v, i) uvec3(unpackDouble2x32(v), i)
+#else
 #define STATE_T uvec2
-#define ACC_T uvec2
-ACC_T acc_empty() { return uvec2(0u, NO_INDEX); }
+#define ARG_VALUE(a) uintBitsToFloat((a).x)
+#define ARG_INDEX(a) (a).y
+#define ARG_STATE(v, i) uvec2(floatBitsToUint(v), i)
+#endif
+#define ACC_T STATE_T
+ACC_T acc_empty() { return ARG_STATE(VAL_T(0), NO_INDEX); }
 // A lane visits its elements in increasing index order (accumulate() below), so a later element
 // replaces the pick only if strictly greater, or the first NaN.
-void acc_add(inout ACC_T a, float v, uint i) {
-    float w = uintBitsToFloat(a.x);
-    bool take = a.y == NO_INDEX || (isnan(v) && !isnan(w)) || v > w;
-    a = take ? uvec2(floatBitsToUint(v), i) : a;
+void acc_add(inout ACC_T a, VAL_T v, uint i) {
+    VAL_T w = ARG_VALUE(a);
+    bool take = ARG_INDEX(a) == NO_INDEX || (isnan(v) && !isnan(w)) || v > w;
+    a = take ? ARG_STATE(v, i) : a;
 }
 STATE_T acc_state(ACC_T a) { return a; }
 STATE_T state_empty() { return acc_state(acc_empty()); }
 // Whether b's pick precedes a's in numpy's order: NaN first, then the larger value, then the lower index.
-bool precedes(uvec2 b, uvec2 a) {
-    float v = uintBitsToFloat(b.x), w = uintBitsToFloat(a.x);
+bool precedes(STATE_T b, STATE_T a) {
+    VAL_T v = ARG_VALUE(b), w = ARG_VALUE(a);
     bool vn = isnan(v), wn = isnan(w);
-    bool earlier = b.y < a.y;
+    bool earlier = ARG_INDEX(b) < ARG_INDEX(a);
     bool better = vn ? (!wn || earlier) : (!wn && (v > w || (v == w && earlier)));
-    return b.y != NO_INDEX && (a.y == NO_INDEX || better);
+    return ARG_INDEX(b) != NO_INDEX && (ARG_INDEX(a) == NO_INDEX || better);
 }
 STATE_T combine(STATE_T a, STATE_T b) { return precedes(b, a) ? b : a; }
-#else
+#elif !defined(DTYPE_F64)  // the double (m, s) state: reduction_f64.glsl
 // (m, s): the running maximum m and s = sum of exp(x - m) over the row's elements except one that
 // equals m (the "designated" maximum, whose term is exactly 1), so that log(sum) = log1p(s) keeps
 // the small terms of a dominated row. Empty: m = -FLT_MAX, s = -1, which also makes rows of -inf
@@ -205,15 +233,17 @@ STATE_T combine(STATE_T a, STATE_T b) {
 
 // Four consecutive elements, in order (one at a time: on lavapipe this measured faster than taking
 // the maximum of the four first with one rescaling, whose extra exponential and masks cost more).
+#if !defined(DTYPE_F64)
 void acc_add4(inout ACC_T a, vec4 v, uint i) {
     acc_add(a, v.x, i);
     acc_add(a, v.y, i + 1u);
     acc_add(a, v.z, i + 2u);
     acc_add(a, v.w, i + 3u);
 }
+#endif
 
 PREP_T prepare(STATE_T total);
-float result(float x, uint index, PREP_T p);
+VAL_T result(VAL_T x, uint index, PREP_T p);
 
 // -- one row, one lane's share -------------------------------------------------------------------
 
@@ -245,9 +275,11 @@ uint loose_index(Span s, uint q) { return q < s.head ? q : pc.row_len - s.tail +
 #endif
 
 // Element k (0 .. UNIT_LEN-1) of a unit's words.
-float unit_elem(uvec4 w, uint k) {
+VAL_T unit_elem(uvec4 w, uint k) {
 #if defined(DTYPE_F32)
     return uintBitsToFloat(w[k]);
+#elif defined(DTYPE_F64)
+    return packDouble2x32(k == 0u ? w.xy : w.zw);
 #else
     return f16_to_f32((w[k >> 1] >> ((k & 1u) * 16u)) & 0xffffu);
 #endif
@@ -261,6 +293,9 @@ void acc_unit(inout ACC_T acc, Span s, uint u) {
     for (uint k = 0u; k < UNIT_LEN; k++) acc_add(acc, unit_elem(w, k), i + k);
 #elif defined(DTYPE_F32)
     acc_add4(acc, uintBitsToFloat(w), i);
+#elif defined(DTYPE_F64)
+    acc_add(acc, packDouble2x32(w.xy), i);
+    acc_add(acc, packDouble2x32(w.zw), i + 1u);
 #else
     acc_add4(acc, vec4(f16_to_f32(w.x & 0xffffu), f16_to_f32(w.x >> 16), f16_to_f32(w.y & 0xffffu), f16_to_f32(w.y >> 16)), i);
     acc_add4(acc, vec4(f16_to_f32(w.z & 0xffffu), f16_to_f32(w.z >> 16), f16_to_f32(w.w & 0xffffu), f16_to_f32(w.w >> 16)), i + 4u);
@@ -305,9 +340,12 @@ void write_unit(Span s, uint u, PREP_T p) {
 #if UNROLL == 1
     uvec4 o = uvec4(0u);
     for (uint k = 0u; k < UNIT_LEN; k++) {
-        float y = result(unit_elem(w, k), i + k, p);
+        VAL_T y = result(unit_elem(w, k), i + k, p);
 #if defined(DTYPE_F32)
         o[k] = floatBitsToUint(y);
+#elif defined(DTYPE_F64)
+        uvec2 yw = unpackDouble2x32(y);
+        o = k == 0u ? uvec4(yw, o.zw) : uvec4(o.xy, yw);
 #else
         o[k >> 1] |= f32_to_f16(y) << ((k & 1u) * 16u);
 #endif
@@ -317,6 +355,9 @@ void write_unit(Span s, uint u, PREP_T p) {
     vec4 v = uintBitsToFloat(w);
     out_units[s.first_unit + u] = floatBitsToUint(vec4(
         result(v.x, i, p), result(v.y, i + 1u, p), result(v.z, i + 2u, p), result(v.w, i + 3u, p)));
+#elif defined(DTYPE_F64)
+    out_units[s.first_unit + u] = uvec4(unpackDouble2x32(result(packDouble2x32(w.xy), i, p)),
+                                        unpackDouble2x32(result(packDouble2x32(w.zw), i + 1u, p)));
 #else
     out_units[s.first_unit + u] = uvec4(
         result_pair(w.x, i, p), result_pair(w.y, i + 2u, p), result_pair(w.z, i + 4u, p), result_pair(w.w, i + 6u, p));
@@ -338,9 +379,9 @@ void write_row(uint row, uint lane, uint lanes, PREP_T p) {
     for (uint q = lane; q < s.head + s.tail; q += lanes) {
         uint i = loose_index(s, q);
 #ifdef RESULT_IGNORES_INPUT
-        float x = 0.0;
+        VAL_T x = 0.0;
 #else
-        float x = load_elem(s.base + i);
+        VAL_T x = load_elem(s.base + i);
 #endif
         store_elem(s.base + i, result(x, i, p));
     }
@@ -391,9 +432,9 @@ void accumulate(uint row, uint lane, uint lanes, inout ACC_T acc) {
 void write_elem(uvec2 base, uint i, PREP_T p) {
     uvec2 off = base + elem_offsets(i);
 #ifdef RESULT_IGNORES_INPUT
-    float x = 0.0;
+    VAL_T x = 0.0;
 #else
-    float x = load_elem(off.x);
+    VAL_T x = load_elem(off.x);
 #endif
     store_elem(off.y, result(x, i, p));
 }

@@ -40,6 +40,30 @@ def test_within_4_ulp_of_the_correctly_rounded_result(engine64, case):
     assert worst.ulp <= accuracy.BOUND_ULP, worst
 
 
+@pytest.mark.parametrize("case", accuracy.ROW_CASES, ids=lambda c: c.name)
+def test_softmax_family_within_4_ulp(engine64, case):
+    worst = accuracy.measure_rows(lambda c, x: run(engine64, make_op(c.kind, np.float64, x.shape, **c.params), x), case)
+    assert worst.ulp <= accuracy.BOUND_ULP, worst
+
+
+@pytest.mark.parametrize("kind", ["SOFTMAX1", "LOG_SOFTMAX1", "HARDMAX1"])
+def test_softmax_family_rows_with_nan_inf_and_ties_as_the_reference(engine64, kind):
+    x = np.array([[1.0, math.nan, 2.0], [math.inf, 1.0, 0.0], [-math.inf, -math.inf, -math.inf],
+                  [3.0, 3.0, -1.0], [-math.inf, 0.5, 5e-324], [-1e308, 1e308, 0.0]])
+    op = make_op(kind, np.float64, x.shape, Axes=[1])
+    got = run(engine64, op, x)
+    np.testing.assert_array_equal(got, op.reference(x))
+
+
+def test_hardmax_picks_as_numpy_in_double(engine64):
+    rng = np.random.default_rng(8)
+    x = np.round(rng.normal(0, 3, (300, 17)), 1)            # ties
+    x[::7, 3] = 1 + 2.0**-52                                 # values float32 would merge
+    x[::7, 5] = 1.0
+    op = make_op("HARDMAX1", np.float64, x.shape, Axes=[1])
+    np.testing.assert_array_equal(run(engine64, op, x), op.reference(x))
+
+
 SPECIAL = np.array([math.nan, math.inf, -math.inf, 0.0, -0.0])
 
 
@@ -51,8 +75,8 @@ def test_non_finite_inputs_and_zeros_as_the_reference(engine64, case):
     assert [(repr(v), math.copysign(1, v)) for v in got] == [(repr(v), math.copysign(1, v)) for v in want]
 
 
-def test_every_elementwise_float_operator_serves_float64(engine64):
-    missing = [name for name, op in OPERATORS.items() if op.kind == "elementwise" and DataType.FLOAT32 in op.accepted_types()
+def test_every_float_operator_serves_float64(engine64):
+    missing = [name for name, op in OPERATORS.items() if DataType.FLOAT32 in op.accepted_types()
                and op.served_types(engine64.kernel_features).get(DataType.FLOAT64) is None]
     assert not missing
 
