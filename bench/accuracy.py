@@ -84,6 +84,14 @@ FORMULAS: dict[str, Callable] = {
     "GELU": lambda x: x * mpmath.ncdf(x) if abs(x) < 100 else max(x, mp(0)),  # ncdf overflows far out
 }
 
+def descriptor(case, shape: tuple[int, ...]):
+    """The FLOAT64 descriptor of a Case or RowCase on a packed tensor of ``shape``."""
+    from service.operators import parse_operator
+
+    return parse_operator({"Type": f"DML_OPERATOR_ACTIVATION_{case.kind}", **case.params,
+                           "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_FLOAT64", "Sizes": list(shape)}})
+
+
 def correctly_rounded(desc, x: np.ndarray) -> np.ndarray | None:
     """The correctly rounded FLOAT64 result of an elementwise one-input descriptor on finite ``x``
     (mpmath), or None for an operator without a formula here (the exact ones: numpy is exact there)."""

@@ -8,13 +8,13 @@ with -DFN=<name> and applied elementwise. The shader uses Float64: it runs on th
 from __future__ import annotations
 
 import functools
-import math
 import subprocess
 from pathlib import Path
 
 import mpmath
 import numpy as np
 
+from bench.accuracy import to_double
 from service.config import Settings
 
 PROBE = Path(__file__).with_name("f64math_probe.comp")
@@ -75,17 +75,3 @@ def rounded(f, x: np.ndarray, *params: float, dps: int = 60) -> np.ndarray:
         for i, v in enumerate(np.ravel(x)):
             out.flat[i] = to_double(f(mpmath.mpf(float(v)), *map(mpmath.mpf, params)))
     return out
-
-
-def to_double(v) -> float:
-    """An mpmath value rounded to the nearest double, subnormals and overflow to inf included (mpmath's
-    float() rounds to 53 bits first, which double-rounds in the subnormal range)."""
-    if isinstance(v, mpmath.mpc) or mpmath.isnan(v):
-        return float("nan")
-    if mpmath.isinf(v) or v == 0:
-        return float(v)
-    if abs(v) < mpmath.mpf(2) ** -1022:              # subnormal: a multiple of 2^-1074, ties to even
-        return float(mpmath.nint(v * mpmath.mpf(2) ** 1074)) * 2.0 ** -1074
-    with mpmath.workprec(53):
-        r = +v                                        # round to nearest even at 53 bits
-    return float(r) if abs(r) <= np.finfo(np.float64).max else math.copysign(math.inf, r)
