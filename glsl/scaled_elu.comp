@@ -4,10 +4,11 @@
 
 #if defined(DTYPE_F64)
 #include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
-// FLOAT64: PARAM_F64(0) = Alpha, PARAM_F64(2) = Gamma: Gamma * x, or Gamma * (Alpha * expm1(x))
-// (expm1_d: 1 ulp, two products: below 2 ulp).
+// FLOAT64: PARAM_F64(0) = Alpha, PARAM_F64(2) = Gamma: Gamma * x, or (Gamma * Alpha) * expm1(x), Gamma *
+// Alpha exact (both are float32 values): expm1_d's 1 ulp and one product, also for a subnormal x.
 double activate(double x) {
-    return x > 0.0 ? PARAM_F64(2) * x : PARAM_F64(2) * (PARAM_F64(0) * expm1_d(x));
+    precise double ga = PARAM_F64(2) * PARAM_F64(0);
+    return x > 0.0 ? PARAM_F64(2) * x : ga * expm1_d(x);
 }
 #else
 // DML_ACTIVATION_SCALED_ELU_OPERATOR_DESC { Alpha, Gamma }: Gamma * x if x > 0, else

@@ -419,9 +419,11 @@ double log1p_exp_neg_d(double zh, double zl, out int le) {
 // two_prod_d) is added back as expm1(y + yl) = expm1(y) + yl (1 + expm1(y)) for y < 40 (below 2 ulp:
 // expm1, the sum, the product); beyond, expm1(y) = exp(y) (e^-40 is below 2^-57), and alpha is folded
 // into exp's power of two, alpha e^y = (am m) 2^(ae + k), so that it overflows exactly where the result
-// does (|alpha| < 1 lets the result stay finite where e^y is not).
+// does (|alpha| < 1 lets the result stay finite where e^y is not). |y| < 2^-54: x itself (alpha expm1(y)
+// = x (1 + y / 2 + ...) rounds to x), where y may be subnormal and hold too few bits to give x back.
 double alpha_expm1_quotient_d(double x, double alpha) {
     precise double y = x / alpha;
+    if (abs(y) < 5.551115123125783e-17) return x;
     double e;
     double p = two_prod_d(y, alpha, e);
     precise double yl = ((x - p) - e) / alpha;
