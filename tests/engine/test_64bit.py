@@ -241,3 +241,18 @@ def test_two_input_int64(engine64, kind, second, layout):
     got = run(engine64, op, x, y, in_place=layout == "in_place")
     np.testing.assert_array_equal(got, exact_two_input(kind, x, y))
     np.testing.assert_array_equal(got, op.reference(x, y))
+
+
+# -- a FLOAT64 reduction: the reduction kernels' 8-byte elements ------------------------------------------
+
+@pytest.mark.parametrize("sizes,axes,strided", [((7, 33), [1], False), ((3, 5, 9), [0, 2], False), ((4, 6), [1], True), ((2, 1000), [1], False)])
+def test_hardmax_float64(engine64, sizes, axes, strided):
+    """HARDMAX1 in FLOAT64 (native only): 1 at numpy's argmax (the first NaN, else the first maximum),
+    values that differ only beyond float32's precision, packed and strided."""
+    need(engine64, "HARDMAX1", np.float64)
+    rng = np.random.default_rng(len(sizes))
+    x = 1.0 + rng.integers(0, 4, sizes) * 2.0**-40     # ties broken only by double precision
+    x.reshape(-1)[::17] = np.nan if strided else 1.0 + 4 * 2.0**-40
+    strides = packed_strides(tuple(s + 1 for s in sizes)) if strided else None
+    op = parse_operator({"Type": "DML_OPERATOR_ACTIVATION_HARDMAX1", "InputTensor": tensor(np.float64, sizes, strides), "Axes": axes})
+    same_bits(run(engine64, op, x), op.reference(x))
