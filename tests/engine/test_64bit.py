@@ -56,6 +56,10 @@ def need(engine: Engine, kind: str, dtype) -> None:
 def test_features_are_the_reported_ones(engine64: Engine, path: str):
     assert engine64.features_enabled == frozenset(f for f in KERNEL_FEATURES if f in engine64.device.features)
     assert engine64.kernel_features == (engine64.features_enabled if path == "native" else frozenset())
+    emulated = {np.float64: "F64_EMU", np.int64: "I64_EMU", np.uint64: "U64_EMU"}
+    for dtype, define in emulated.items():   # which kernel this path's Shrink runs
+        want = define if path == "emulated" else DataType.from_numpy(dtype).info.shader
+        assert make_op("SHRINK", dtype, (4,)).shader_dtype(engine64.kernel_features) == want
 
 
 def test_a_type_without_a_kernel_names_the_missing_feature():
@@ -256,3 +260,17 @@ def test_hardmax_float64(engine64, sizes, axes, strided):
     strides = packed_strides(tuple(s + 1 for s in sizes)) if strided else None
     op = parse_operator({"Type": "DML_OPERATOR_ACTIVATION_HARDMAX1", "InputTensor": tensor(np.float64, sizes, strides), "Axes": axes})
     same_bits(run(engine64, op, x), op.reference(x))
+
+
+def test_shrink_float64_random_biases(engine64):
+    """x -/+ Bias over random bits of both: every exponent distance between the operands (the emulated
+    add's alignment, sticky bit, cancellation and carry paths), each against numpy's double."""
+    need(engine64, "SHRINK", np.float64)
+    rng = np.random.default_rng(64)
+    x = float64_values(rng, 4096)
+    x[::2] = rng.uniform(-1, 1, 2048) * 2.0 ** rng.integers(-160, 160, 2048)   # near the biases' scale
+    for bias in rng.integers(0, 2**32, 40, dtype=np.uint64).astype(np.uint32).view(np.float32):
+        if not np.isfinite(bias):
+            continue
+        op = make_op("SHRINK", np.float64, x.shape, Bias=float(bias), Threshold=0.0)
+        same_bits(run(engine64, op, x), op.reference(x))
