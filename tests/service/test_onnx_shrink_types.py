@@ -6,6 +6,7 @@ reference evaluator on the same typed model where it is exact (it computes integ
 beyond 2^53 it rounds, and vkact does not)."""
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from fractions import Fraction
 
@@ -122,3 +123,32 @@ def test_the_eleven_types_are_served_or_refused_with_the_feature(http, tc):
     for t, entry in device["data_types_64bit"].items():
         assert entry["native"] == (entry["needs_feature"] in used)
         assert entry["native"] or "DML_OPERATOR_ACTIVATION_SHRINK" in entry["emulated_for"], t
+
+
+@pytest.fixture(scope="module")
+def emulated_server() -> Iterator:
+    """A server whose kernels use no 64-bit device feature (VKACT_NATIVE_64BIT=0): what a device
+    without shaderFloat64/shaderInt64 serves, on any device."""
+    from tests.service.conftest import start_server, stop_server
+
+    server = start_server(native_64bit="false")
+    yield server
+    stop_server(server)
+
+
+def test_without_the_features_shrink_is_emulated_and_float64_hardmax_refused(emulated_server):
+    with emulated_server.client() as http:
+        device = http.get("/v1/device").json()
+        assert device["features"]["used_by_kernels"] == []
+        assert not device["data_types_64bit"]["DML_TENSOR_DATA_TYPE_FLOAT64"]["native"]
+        x = np.array([-2.0, 2.0**-1074, 3.0 + 2.0**-51, np.inf], np.float64)   # through the emulated add
+        body = {"Operator": request_body("SHRINK", x, Bias=0.5, Threshold=0.5), "Inputs": {"InputTensor": {"base64": base64.b64encode(x.tobytes()).decode()}}}
+        np.testing.assert_array_equal(decode_response(http.post("/v1/execute", json=body), x.dtype), [-1.5, 0.0, 2.5 + 2.0**-51, np.inf])
+        refused = http.post("/v1/execute", json={"Operator": {**request_body("HARDMAX", x.reshape(1, 4))}, "Inputs": {"InputTensor": x.tolist()[:3] + [0.0]}})
+        assert refused.status_code == 422 and refused.json()["field"].endswith("InputTensor.DataType"), refused.text
+        assert "shaderFloat64" in refused.json()["error"]
+        hardmax = next(op for op in http.get("/v1/operators").json()["operators"] if op["name"] == "hardmax")
+        assert hardmax["data_types_without_kernel"][0]["missing_feature"] == "shaderFloat64"
+        meta = http.get("/v2/models/hardmax").json()["parameters"]
+        assert "FP64" not in meta["datatypes"].split(",") and meta["datatypes_refused"] == "FP64 (shaderFloat64)"
+        assert "FP64" in http.get("/v2/models/shrink").json()["parameters"]["datatypes"].split(",")
