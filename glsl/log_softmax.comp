@@ -11,6 +11,7 @@
 // prepare: (max, log(sum)), the log as log1p of the sum without the maximum's own term (exactly 1), so
 // that the maximum's output -log(sum) keeps its small digits. Non-finite rows as in softmax.comp.
 #if defined(DTYPE_F64)
+#include "common/reduction_f64.glsl"
 // FLOAT64 (reduction_f64.glsl): (x - max) - log1p(sum) with x - max in two parts, the low part added
 // last; both terms are <= 0, so nothing cancels.
 dvec2 prepare(dvec2 total) {
@@ -19,9 +20,8 @@ dvec2 prepare(dvec2 total) {
 }
 
 double result(double x, uint index, dvec2 p) {
-    double lo;
-    double d = two_diff_d(x, p.x, lo);
-    precise double r = (d - p.y) + (isinf(d) ? 0.0 : lo);   // an infinite d comes with a NaN lo
+    dvec2 d = two_diff(x, p.x);
+    precise double r = (d.x - p.y) + (isinf(d.x) ? 0.0 : d.y);   // an infinite d.x comes with a NaN d.y
     return r;
 }
 #else

@@ -12,6 +12,7 @@
 // sum), as numpy's formula does; a row of -inf has sum 0 and gives 0 / 0 = NaN; NaN in a row makes
 // the sum NaN.
 #if defined(DTYPE_F64)
+#include "common/reduction_f64.glsl"
 // FLOAT64 (reduction_f64.glsl): prepare gives (max, 1 + sum), and the result is one division of
 // exp(x - max) (x - max in two parts) by it, a rounding fewer than a reciprocal and a product.
 dvec2 prepare(dvec2 total) {
@@ -21,7 +22,7 @@ dvec2 prepare(dvec2 total) {
 }
 
 double result(double x, uint index, dvec2 p) {
-    precise double r = exp_minus_d(x, p.x) / p.y;
+    precise double r = exp_minus(x, p.x) / p.y;
     return r;
 }
 #else

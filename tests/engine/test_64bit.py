@@ -56,6 +56,10 @@ def need(engine: Engine, kind: str, dtype) -> None:
 def test_features_are_the_reported_ones(engine64: Engine, path: str):
     assert engine64.features_enabled == frozenset(f for f in KERNEL_FEATURES if f in engine64.device.features)
     assert engine64.kernel_features == (engine64.features_enabled if path == "native" else frozenset())
+    emulated = {np.float64: "F64_EMU", np.int64: "I64_EMU", np.uint64: "U64_EMU"}
+    for dtype, define in emulated.items():   # which kernel this path's Shrink runs
+        want = define if path == "emulated" else DataType.from_numpy(dtype).info.shader
+        assert make_op("SHRINK", dtype, (4,)).shader_dtype(engine64.kernel_features) == want
 
 
 def test_a_type_without_a_kernel_names_the_missing_feature():
@@ -241,3 +245,32 @@ def test_two_input_int64(engine64, kind, second, layout):
     got = run(engine64, op, x, y, in_place=layout == "in_place")
     np.testing.assert_array_equal(got, exact_two_input(kind, x, y))
     np.testing.assert_array_equal(got, op.reference(x, y))
+
+
+# -- a FLOAT64 reduction: the reduction kernels' 8-byte elements ------------------------------------------
+
+@pytest.mark.parametrize("sizes,axes,strided", [((7, 33), [1], False), ((3, 5, 9), [0, 2], False), ((4, 6), [1], True), ((2, 1000), [1], False)])
+def test_hardmax_float64(engine64, sizes, axes, strided):
+    """HARDMAX1 in FLOAT64 (native only): 1 at numpy's argmax (the first NaN, else the first maximum),
+    values that differ only beyond float32's precision, packed and strided."""
+    need(engine64, "HARDMAX1", np.float64)
+    rng = np.random.default_rng(len(sizes))
+    x = 1.0 + rng.integers(0, 4, sizes) * 2.0**-40     # ties broken only by double precision
+    x.reshape(-1)[::17] = np.nan if strided else 1.0 + 4 * 2.0**-40
+    strides = packed_strides(tuple(s + 1 for s in sizes)) if strided else None
+    op = parse_operator({"Type": "DML_OPERATOR_ACTIVATION_HARDMAX1", "InputTensor": tensor(np.float64, sizes, strides), "Axes": axes})
+    same_bits(run(engine64, op, x), op.reference(x))
+
+
+def test_shrink_float64_random_biases(engine64):
+    """x -/+ Bias over random bits of both: every exponent distance between the operands (the emulated
+    add's alignment, sticky bit, cancellation and carry paths), each against numpy's double."""
+    need(engine64, "SHRINK", np.float64)
+    rng = np.random.default_rng(64)
+    x = float64_values(rng, 4096)
+    x[::2] = rng.uniform(-1, 1, 2048) * 2.0 ** rng.integers(-160, 160, 2048)   # near the biases' scale
+    for bias in rng.integers(0, 2**32, 40, dtype=np.uint64).astype(np.uint32).view(np.float32):
+        if not np.isfinite(bias):
+            continue
+        op = make_op("SHRINK", np.float64, x.shape, Bias=float(bias), Threshold=0.0)
+        same_bits(run(engine64, op, x), op.reference(x))
