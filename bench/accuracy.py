@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import mpmath
 import numpy as np
 
+from service.operators.numerics import flush_subnormal
+
 BOUND_ULP = 4   # issue 17: every FLOAT64 operator within 4 ulp of the correctly rounded result
 DPS = 50
 mp = mpmath.mpf
@@ -57,7 +59,8 @@ class Case:
         return f"{self.kind}({args})" if args else self.kind
 
     def reference(self, x: np.ndarray) -> np.ndarray:
-        p = {k: mp(float(np.float32(v))) for k, v in self.params.items()}  # DirectML's FLOAT
+        # DirectML's FLOAT as every kernel gets it: float32, a subnormal one as zero (flush_subnormal)
+        p = {k: mp(flush_subnormal(v)) for k, v in self.params.items()}
         f = FORMULAS[self.kind]
         with mpmath.workdps(DPS):
             return np.array([to_double(f(mp(float(v)), **p)) for v in x], np.float64)
@@ -92,12 +95,14 @@ def descriptor(case, shape: tuple[int, ...]):
                            "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_FLOAT64", "Sizes": list(shape)}})
 
 
-def correctly_rounded(desc, x: np.ndarray) -> np.ndarray | None:
-    """The correctly rounded FLOAT64 result of an elementwise one-input descriptor on finite ``x``
-    (mpmath), or None for an operator without a formula here (the exact ones: numpy is exact there)."""
+def correctly_rounded(desc, *xs: np.ndarray) -> np.ndarray | None:
+    """The correctly rounded FLOAT64 result of an elementwise one-input descriptor on finite inputs
+    (mpmath), or None for an operator without a formula here (the two-input ones and SHRINK: exact,
+    numpy is exact there)."""
     kind = desc.type_name().removeprefix("DML_OPERATOR_ACTIVATION_")
-    if kind not in FORMULAS or len(desc.inputs) != 1:
+    if kind not in FORMULAS or len(xs) != 1:
         return None
+    x = xs[0]
     case = Case(kind, dict(zip(desc.scalar_fields(), desc.scalars())))
     return case.reference(np.ravel(x)).reshape(np.shape(x))
 
