@@ -267,19 +267,32 @@ double log_d(double x) {
 
 // ---- tanh -----------------------------------------------------------------------------------------
 
-// tanh(x): fdlibm's s_tanh.c on expm1_d (2|x| is exact). |x| < 1: -t / (t + 2) with t = expm1(-2|x|)
-// (no cancellation: t in (-0.87, 0]); |x| >= 1: 1 - 2 / (t + 2) with t = expm1(2|x|), at most 0.24
-// away from 1 - 2 / (t + 2) (the subtraction is exact by Sterbenz, the quotient's rounding below 1/4
-// ulp of the result). fdlibm gives it as < 2.5 ulp; +-1 beyond 22, x itself below 2^-55 (-0 kept),
-// NaN stays NaN.
+// tanh(x). |x| < 1: x + x^3 P(x^2), P of degree 16 in s = x^2, the truncated Chebyshev series of
+// (tanh(x) - x) / x^3 on s in [0, 1] in powers of s (scripts/f64math_coefficients.py; truncation below 2^-59;
+// tanh's poles at +-i pi / 2 leave the coefficients decreasing, so Horner's rule is stable); the
+// correction is at most 0.31 of the result (at x = 1), so its roundings count for less than a third
+// and the result is within about 0.7 ulp (measured: 1 ulp at worst). fdlibm's -t / (t + 2) with
+// t = expm1(-2|x|), which this replaces there, magnified expm1's error up to 1.76-fold (2 ulp).
+// 1 <= |x| < 22: fdlibm's s_tanh.c, 1 - 2 / (t + 2) with t = expm1(2|x|) (2|x| exact): the quotient is
+// at most 0.27 of 1, so t's 1 ulp and the quotient's rounding leave below 1 ulp after the exact
+// subtraction (Sterbenz). +-1 from 22 on, x itself below 2^-55 (-0 kept), NaN stays NaN.
+const double TANH_P[17] = double[](
+    -0.3333333333333333, 0.1333333333333331, -0.05396825396823286, 0.021869488535341427,
+    -0.008863235513349253, 0.0035921278317203402, -0.0014558327094050015, 0.000590017846113261,
+    -0.0002390893895924028, 9.679340247406682e-05, -3.899610828768604e-05, 1.5422152957250004e-05,
+    -5.783211740971914e-06, 1.9256321021686362e-06, -5.140824043471534e-07, 9.413815546586091e-08,
+    -8.60008634867734e-09);
+
 double tanh_d(double x) {
     double ax = abs(x);
     double z;
     if (ax < 2.7755575615628914e-17) {                      // 2^-55
         return x;
     } else if (ax < 1.0) {
-        double t = expm1_d(-2.0 * ax);
-        precise double q = -t / (t + 2.0);
+        precise double s = ax * ax;
+        precise double p = TANH_P[16];
+        for (int j = 15; j >= 0; --j) p = p * s + TANH_P[j];
+        precise double q = ax + (ax * s) * p;
         z = q;
     } else if (ax < 22.0) {
         double t = expm1_d(2.0 * ax);
@@ -296,7 +309,7 @@ double tanh_d(double x) {
 // u Phi(-u) e^(u^2 / 2) for u >= 0.5 (Phi the standard normal CDF), by 16 polynomials of degree 13:
 // on [0.5, 8) one per interval of width 1/2 in s = 4 (u - midpoint), on [8, inf) one in s = 128 / u^2 - 1
 // (the function is smooth in 1 / u^2 there and tends to 1 / sqrt(2 pi)). Each is the truncated Chebyshev
-// series of the function (mpmath, 50 digits: scripts/gauss_tail_coefficients.py) in powers of s, its
+// series of the function (mpmath, 50 digits: scripts/f64math_coefficients.py) in powers of s, its
 // truncation error below 2^-60 relative; evaluated by Horner's rule, whose roundings leave about 1 ulp
 // (measured: 1.5 * 2^-53 relative at worst, over 3,000 points).
 const double GAUSS_TAIL_C[224] = double[](
@@ -345,23 +358,18 @@ double gauss_tail_d(double u) {
 // |x| > 1/2: x - u Phi(-u) for x > 0 (the tail is at most 0.45 of the result: its error counts for
 // less than half) and -u Phi(-u) for x < 0 (the tail itself, to the underflow), u = |x|.
 // GELU(+inf) = inf, GELU(-inf) = -0 (the limit), NaN stays NaN.
+const double GELU_SERIES[12] = double[](
+    0.3989422804014327, -0.06649038006690544, 0.009973557010035817, -0.0011873282154804543,
+    0.00011543468761615529, -9.444656259503615e-06, 6.659693516316651e-07, -4.122667414862689e-08,
+    2.2735298243728065e-09, -1.1301171641619213e-10, 5.1124347902563106e-12, -2.121761474217046e-13);
+
 double gelu_d(double x) {
     if (isnan(x)) return x;
     double u = abs(x);
     if (u <= 0.5) {
         precise double t = x * x;
-        precise double S = -2.121761474217046e-13;
-        S = S * t + 5.1124347902563106e-12;
-        S = S * t + -1.1301171641619213e-10;
-        S = S * t + 2.2735298243728065e-09;
-        S = S * t + -4.122667414862689e-08;
-        S = S * t + 6.659693516316651e-07;
-        S = S * t + -9.444656259503615e-06;
-        S = S * t + 0.00011543468761615529;
-        S = S * t + -0.0011873282154804543;
-        S = S * t + 0.009973557010035817;
-        S = S * t + -0.06649038006690544;
-        S = S * t + 0.3989422804014327;
+        precise double S = GELU_SERIES[11];
+        for (int j = 10; j >= 0; --j) S = S * t + GELU_SERIES[j];
         precise double r = 0.5 * x + t * S;
         return x == 0.0 ? x : r;                            // -0 stays -0
     }

@@ -56,7 +56,7 @@ CASES = {
                                               -np.random.default_rng(4).uniform(0, 1, 1000)]), 1),
     "log_d": (mpmath.log, np.concatenate([sample(-1, MAX, 3000, 5, [2**-1074, 2**-1022, 0.7071067811865476, 1.4142135623730951]),
                                           np.random.default_rng(6).uniform(0.5, 2, 1000)]), 1),
-    "tanh_d": (mpmath.tanh, sample(-30, 30, 3000, 7, [22.0, -22.0, 0.5493061443340549, 2.0**-55]), 2),
+    "tanh_d": (mpmath.tanh, sample(-30, 30, 3000, 7, [22.0, -22.0, 1.0, -1.0, 0.5493061443340549, 2.0**-55]), 1),
     # x Phi(x): the tail x < 0 down to its underflow (x = -38.6), both sides of each polynomial's interval
     "gelu_d": (lambda x: x * mpmath.erfc(-x / mpmath.sqrt(2)) / 2 if abs(x) < 100 else max(x, mpmath.mpf(0)),
                np.concatenate([sample(-45, 45, 3000, 8, [0.5, -0.5, 8.0, -8.0, -38.4, -38.5, -38.6, -38.7, 40.0, -40.0]),
