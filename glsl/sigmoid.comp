@@ -4,12 +4,10 @@
 
 #if defined(DTYPE_F64)
 #include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
-// FLOAT64: the same split with exp_d (1 ulp; e / (1 + e) and 1 / (1 + e) add a rounding each and
-// half an ulp of 1 + e: below 2 ulp), exp_d keeps the tail x << 0 down to the subnormals.
+// FLOAT64: 1 / (1 + exp(-x)) by over_1p_exp_d (below 2 ulp, the tail x << 0 down to the subnormals
+// rounded once); +-inf give 1 and 0, NaN stays NaN.
 double activate(double x) {
-    double e = exp_d(-abs(x));
-    precise double r = (x >= 0.0 ? 1.0 : e) / (1.0 + e);
-    return r;
+    return isnan(x) ? x : over_1p_exp_d(1.0, -clamp(x, -2100.0, 2100.0), 0.0);
 }
 #else
 // DML_ACTIVATION_SIGMOID_OPERATOR_DESC: 1 / (1 + exp(-x)), as 1 / (1 + e) for x >= 0 and e / (1 + e)

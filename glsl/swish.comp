@@ -5,28 +5,17 @@
 #if defined(DTYPE_F64)
 #include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: PARAM_F64(0) = s. s x = zh + zl exactly (two_prod_d: sigmoid's relative error is up to |s x|
-// times its argument's), e = exp(-|s x|) = m 2^k (exp_parts_d, 1 ulp). s x >= 0: x / (1 + e) (below
-// 2 ulp); s x < 0: x e / (1 + e) as ((xm m) / (1 + e)) 2^(xe + k) for x = xm 2^xe, so that x e is
-// never formed where e alone underflows but the product does not (below 3 ulp: m, two roundings,
-// the final scaling). Where sigmoid is 0 (s x = -inf) the result is 0, also for an infinite x.
+// times its argument's), then x / (1 + exp(-s x)) by over_1p_exp_d (below 2 ulp; x exp(s x) is never
+// formed, so nothing underflows early where x is large). Where sigmoid is 0 (s x = -inf) the result
+// is 0, also for an infinite x.
 double activate(double x) {
     if (isnan(x)) return x;
     double zl;
     double zh = two_prod_d(PARAM_F64(0), x, zl);
     if (isnan(zh)) return zh;                              // s = 0 and x infinite: 0 * inf
     zl = abs(zh) > 1500.0 ? 0.0 : zl;                      // NaN where the product overflowed; irrelevant there
-    zh = clamp(zh, -1600.0, 1600.0);
-    int k, xe;
-    double m = exp_parts_d(-abs(zh), zh > 0.0 ? -zl : zl, k);
-    precise double d = 1.0 + ldexp_wide_d(m, k);
-    if (zh >= 0.0) {
-        precise double r = x / d;
-        return r;
-    }
-    if (isinf(x)) return 0.0;
-    double xm = frexp_d(x, xe);
-    precise double q = (xm * m) / d;
-    return ldexp_wide_d(q, k + xe);
+    if (isinf(x) && zh < 0.0) return 0.0;
+    return over_1p_exp_d(x, -clamp(zh, -1600.0, 1600.0), -zl);
 }
 #else
 // DML_ACTIVATION_SWISH_OPERATOR_DESC { SigmoidInputScale }: x * sigmoid(s * x), s = SigmoidInputScale.

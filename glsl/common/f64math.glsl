@@ -447,6 +447,22 @@ double alpha_expm1_quotient_d(double x, double alpha) {
     return y >= 40.0 ? far : near;                        // NaN: near, NaN
 }
 
+// n / (1 + exp(a + b)) for finite a in [-2100, 2100] (|b| <= 2^-40 |a|, a tail as exp_parts_d takes
+// it): sigmoid and x sigmoid(z), with a = -z. exp(a + b) = m 2^k (exp_parts_d, 1 ulp). k <= 60:
+// n / (1 + m 2^k), where 1 + e carries at most e's relative error (e / (1 + e) < 1) plus its own
+// rounding, and the quotient adds one: below 2 ulp (e / (1 + e) over 1 + 1 / e, with e's error
+// entering twice, would reach 3). k > 60: 1 + e is e to 2^-60, and the result is (nm / m) 2^(ne - k)
+// for n = nm 2^ne, rounded once, also where e overflows or the result is below the normal range.
+double over_1p_exp_d(double n, double a, double b) {
+    int k, ne;
+    double m = exp_parts_d(a, b, k);
+    precise double d = 1.0 + ldexp_wide_d(m, min(k, 61));
+    precise double q = n / d;
+    double nm = frexp_d(n, ne);
+    precise double r = nm / m;
+    return k <= 60 ? q : ldexp_wide_d(r, ne - k);
+}
+
 // min(max(t, 0), 1) that keeps NaN (GLSL's min and max may drop it).
 double clamp_unit_d(double t) {
     return t >= 1.0 ? 1.0 : (t <= 0.0 ? 0.0 : t);

@@ -72,7 +72,9 @@ def test_non_finite_inputs_and_zeros_as_the_reference(engine64, case):
     op = make_op(case.kind, np.float64, SPECIAL.shape, **case.params)
     got = run(engine64, op, SPECIAL)
     want = op.reference(SPECIAL)
-    assert [(repr(v), math.copysign(1, v)) for v in got] == [(repr(v), math.copysign(1, v)) for v in want]
+    def signed(a):  # a zero's sign counts; a NaN's does not (no operator defines it)
+        return [("nan",) if math.isnan(v) else (repr(v), math.copysign(1, v)) for v in a]
+    assert signed(got) == signed(want)
 
 
 def test_every_float_operator_serves_float64(engine64):
