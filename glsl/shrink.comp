@@ -16,11 +16,14 @@ double activate(double x) {
 #elif defined(DTYPE_F64_EMU)
 // FLOAT64 in 32-bit words: IEEE comparisons and a correctly rounded x -/+ Bias (emu64.glsl), so the
 // same bits as the native kernel and float64 numpy.
+// One add for both branches (x + Bias or x + -Bias): a device that runs every lane through both
+// sides of a branch (SwiftShader; a GPU's divergent warp) pays for one IEEE add, not two.
 uvec2 activate(uvec2 x) {
     uvec2 bias = PARAM_U64V(0), threshold = PARAM_U64V(2);
-    if (f64_lt(x, f64_neg(threshold))) return f64_add(x, bias);
-    if (f64_lt(threshold, x)) return f64_add(x, f64_neg(bias));
-    return uvec2(0u);
+    bool low = f64_lt(x, f64_neg(threshold));
+    bool high = !low && f64_lt(threshold, x);
+    uvec2 sum = f64_add(x, high ? f64_neg(bias) : bias);
+    return low || high ? sum : uvec2(0u);
 }
 #elif defined(DTYPE_I64_EMU) || defined(DTYPE_U64_EMU)
 // INT64/UINT64 in 32-bit words: the integer kernel below, step by step (same parameters: PARAM_U64V(0)
