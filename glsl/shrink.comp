@@ -50,19 +50,18 @@ bool below_zero(uvec2 x, uvec2 y) {  // is the exact x - ci <= -1?
     return u64_lt(x, QUARTER) && i64_le(y, MINUS_ONE);
 #endif
 }
+// With selects, one subtraction for both branches (as the FLOAT64 kernel above, for SwiftShader).
 uvec2 minus(uvec2 x, uvec2 ci, uint cf_sign) {
     uvec2 y = u64_sub(x, ci);
-    if (cf_sign == 1u && above_zero(x, y)) return u64_sub(y, ONE);
-    if (cf_sign == 2u && below_zero(x, y)) return u64_add(y, ONE);
-    return y;
+    bool down = cf_sign == 1u && above_zero(x, y), up = cf_sign == 2u && below_zero(x, y);
+    return u64_add(y, down ? MINUS_ONE : up ? ONE : uvec2(0u));
 }
 uvec2 activate(uvec2 x) {
     uint flags = PARAM_UINT(8);
     bool low = (flags & 1u) != 0u || ((flags & 2u) == 0u && LE(x, PARAM_U64V(0)));
     bool high = (flags & 4u) != 0u || ((flags & 8u) == 0u && LE(PARAM_U64V(2), x));
-    if (low) return minus(x, PARAM_U64V(4), (flags >> 4) & 3u);
-    if (high) return minus(x, PARAM_U64V(6), (flags >> 6) & 3u);
-    return uvec2(0u);
+    uvec2 y = minus(x, low ? PARAM_U64V(4) : PARAM_U64V(6), (flags >> (low ? 4u : 6u)) & 3u);
+    return low || high ? y : uvec2(0u);
 }
 #elif !defined(DTYPE_INT)
 // NaN falls through to 0, as in ONNX.
