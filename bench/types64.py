@@ -24,6 +24,7 @@ CASES = [
     ("shrink", "SHRINK", DataType.FLOAT64, {}),
     ("shrink", "SHRINK", DataType.INT64, {"Bias": 1.5, "Threshold": 2.0}),
     ("shrink", "SHRINK", DataType.UINT64, {"Bias": 1.5, "Threshold": 2.0}),
+    ("relu", "RELU", DataType.INT64, {}),
     ("parameterized_relu", "PARAMETERIZED_RELU", DataType.INT64, {}),
     ("relu_grad", "RELU_GRAD", DataType.INT64, {}),
     ("hardmax1/1024", "HARDMAX1", DataType.FLOAT64, {"Axes": [1]}),

@@ -349,7 +349,8 @@ class OperatorMethods(Generic[_R]):
         ONNX PRelu. DirectML requires SlopeTensor to have the input's Sizes; ONNX's broadcasting slope is
         expressed with zero strides (a per-channel slope of an NCHW input: Strides {0, 1, 0, 0}).
         Integer tensors (INT8/16/32 from 5_1): slope * x wraps to the type, as numpy's integer product.
-        INT64 too (ONNX PRelu's type; native where the device has shaderInt64, else in 32-bit words).
+        INT64, UINT32 and UINT64 too (ONNX PRelu's types; the 64-bit ones native where the device has
+        shaderInt64, else in 32-bit words): an unsigned x is never negative, so the result is x.
 
         Type DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU.
 
@@ -389,7 +390,8 @@ class OperatorMethods(Generic[_R]):
 
         DML_ACTIVATION_RELU_OPERATOR_DESC: max(0, x). ONNX Relu; NaN stays NaN, as np.maximum(x, 0) has it.
 
-        FLOAT32 and FLOAT16 only so far: DirectML also accepts INT32, INT16 and INT8 from feature level 5_1.
+        Integers: INT8/16/32 from feature level 5_1 (DirectML), INT64 (ONNX Relu's type; native where the
+        device has shaderInt64, else in 32-bit words).
 
         Type DML_OPERATOR_ACTIVATION_RELU.
 

@@ -11,6 +11,8 @@
 uvec2 activate(uvec2 x, uvec2 slope) {
     return int(x.y) >= 0 ? x : u64_mul(slope, x);
 }
+#elif defined(DTYPE_U64_EMU)
+uvec2 activate(uvec2 x, uvec2 slope) { return x; }  // UINT64: never negative
 #else
 ELEM_T activate(ELEM_T x, ELEM_T slope) {
     return x >= ELEM_T(0) ? x : slope * x;

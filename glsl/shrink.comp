@@ -16,11 +16,14 @@ double activate(double x) {
 #elif defined(DTYPE_F64_EMU)
 // FLOAT64 in 32-bit words: IEEE comparisons and a correctly rounded x -/+ Bias (emu64.glsl), so the
 // same bits as the native kernel and float64 numpy.
+// One add for both branches (x + Bias or x + -Bias): a device that runs every lane through both
+// sides of a branch (SwiftShader; a GPU's divergent warp) pays for one IEEE add, not two.
 uvec2 activate(uvec2 x) {
     uvec2 bias = PARAM_U64V(0), threshold = PARAM_U64V(2);
-    if (f64_lt(x, f64_neg(threshold))) return f64_add(x, bias);
-    if (f64_lt(threshold, x)) return f64_add(x, f64_neg(bias));
-    return uvec2(0u);
+    bool low = f64_lt(x, f64_neg(threshold));
+    bool high = !low && f64_lt(threshold, x);
+    uvec2 sum = f64_add(x, high ? f64_neg(bias) : bias);
+    return low || high ? sum : uvec2(0u);
 }
 #elif defined(DTYPE_I64_EMU) || defined(DTYPE_U64_EMU)
 // INT64/UINT64 in 32-bit words: the integer kernel below, step by step (same parameters: PARAM_U64V(0)
@@ -47,19 +50,18 @@ bool below_zero(uvec2 x, uvec2 y) {  // is the exact x - ci <= -1?
     return u64_lt(x, QUARTER) && i64_le(y, MINUS_ONE);
 #endif
 }
+// With selects, one subtraction for both branches (as the FLOAT64 kernel above, for SwiftShader).
 uvec2 minus(uvec2 x, uvec2 ci, uint cf_sign) {
     uvec2 y = u64_sub(x, ci);
-    if (cf_sign == 1u && above_zero(x, y)) return u64_sub(y, ONE);
-    if (cf_sign == 2u && below_zero(x, y)) return u64_add(y, ONE);
-    return y;
+    bool down = cf_sign == 1u && above_zero(x, y), up = cf_sign == 2u && below_zero(x, y);
+    return u64_add(y, down ? MINUS_ONE : up ? ONE : uvec2(0u));
 }
 uvec2 activate(uvec2 x) {
     uint flags = PARAM_UINT(8);
     bool low = (flags & 1u) != 0u || ((flags & 2u) == 0u && LE(x, PARAM_U64V(0)));
     bool high = (flags & 4u) != 0u || ((flags & 8u) == 0u && LE(PARAM_U64V(2), x));
-    if (low) return minus(x, PARAM_U64V(4), (flags >> 4) & 3u);
-    if (high) return minus(x, PARAM_U64V(6), (flags >> 6) & 3u);
-    return uvec2(0u);
+    uvec2 y = minus(x, low ? PARAM_U64V(4) : PARAM_U64V(6), (flags >> (low ? 4u : 6u)) & 3u);
+    return low || high ? y : uvec2(0u);
 }
 #elif !defined(DTYPE_INT)
 // NaN falls through to 0, as in ONNX.

@@ -32,23 +32,30 @@ bool i64_lt(uvec2 a, uvec2 b) { return int(a.y) < int(b.y) || (a.y == b.y && a.x
 bool u64_le(uvec2 a, uvec2 b) { return !u64_lt(b, a); }
 bool i64_le(uvec2 a, uvec2 b) { return !i64_lt(b, a); }
 
-uvec2 u64_shl(uvec2 v, uint n) {  // n < 64
-    if (n == 0u) return v;
-    if (n >= 32u) return uvec2(0u, v.x << (n - 32u));
-    return uvec2(v.x << n, (v.y << n) | (v.x >> (32u - n)));
+// Shifts by n < 64, written with selects rather than branches: a device that runs every lane through
+// both sides of a branch (SwiftShader) pays for each side (measured there: FLOAT64 Shrink's add at
+// 0.5 us an element with branchy shifts). A shift by 32 or more is undefined in GLSL: the selects
+// never use such a result.
+uvec2 u64_shl(uvec2 v, uint n) {
+    uint m = n & 31u;
+    uvec2 w = n >= 32u ? uvec2(0u, v.x) : v;
+    uint carry = m == 0u ? 0u : w.x >> (32u - m);
+    return uvec2(w.x << m, (w.y << m) | carry);
 }
 
-uvec2 u64_shr(uvec2 v, uint n) {  // n < 64, logical
-    if (n == 0u) return v;
-    if (n >= 32u) return uvec2(v.y >> (n - 32u), 0u);
-    return uvec2((v.x >> n) | (v.y << (32u - n)), v.y >> n);
+uvec2 u64_shr(uvec2 v, uint n) {  // logical
+    uint m = n & 31u;
+    uvec2 w = n >= 32u ? uvec2(v.y, 0u) : v;
+    uint carry = m == 0u ? 0u : w.y << (32u - m);
+    return uvec2((w.x >> m) | carry, w.y >> m);
 }
 
 // v >> n with the bits shifted out ORed into bit 0 (the sticky bit of rounding); any n.
 uvec2 u64_shr_sticky(uvec2 v, uint n) {
-    if (n >= 64u) return uvec2((v.x | v.y) != 0u ? 1u : 0u, 0u);
-    uvec2 r = u64_shr(v, n);
-    if (u64_shl(r, n) != v) r.x |= 1u;
+    uvec2 r = n >= 64u ? uvec2(0u) : u64_shr(v, n);
+    uvec2 below = n >= 64u ? uvec2(~0u) : n >= 32u ? uvec2(~0u, (1u << (n & 31u)) - 1u) : uvec2((1u << n) - 1u, 0u);
+    uvec2 lost = v & below;
+    r.x |= (lost.x | lost.y) != 0u ? 1u : 0u;
     return r;
 }
 
@@ -86,10 +93,13 @@ uvec2 f64_add(uvec2 a, uvec2 b) {
     if (f64_iszero(a)) return f64_iszero(b) ? uvec2(0u, a.y & b.y & F64_SIGN) : b;  // -0 only from -0 + -0
     if (f64_iszero(b)) return a;
     // |a| >= |b| from here (the bits without the sign order the magnitudes).
-    if (u64_lt(uvec2(a.x, a.y & ~F64_SIGN), uvec2(b.x, b.y & ~F64_SIGN))) {
-        uvec2 t = a; a = b; b = t;
-        uint te = ea; ea = eb; eb = te;
-    }
+    bool swap = u64_lt(uvec2(a.x, a.y & ~F64_SIGN), uvec2(b.x, b.y & ~F64_SIGN));
+    uvec2 big = swap ? b : a;
+    b = swap ? a : b;
+    a = big;
+    uint eig = swap ? eb : ea;
+    eb = swap ? ea : eb;
+    ea = eig;
     uint sign = a.y & F64_SIGN;
     bool subtract = ((a.y ^ b.y) & F64_SIGN) != 0u;
     // Significands with the implicit bit (none for subnormals, whose exponent is then 1), times 8.

@@ -88,3 +88,32 @@ def test_hardmax_double(engine):
     x[3, 7] = np.nan
     op = descriptor(name, np.float64, x.shape, {"Axes": [1]})
     np.testing.assert_array_equal(run(engine, op, x), run_reference(model_for(op, np.dtype(np.float64), [x.shape]), x))
+
+
+def ort_if_it_has_the_kernel(model, *arrays) -> np.ndarray | None:
+    """ONNX Runtime's answer, or None where its CPU provider has no kernel for the type (it says so
+    when the session is made: NOT_IMPLEMENTED)."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
+
+    try:
+        return run_onnxruntime(model, *arrays)
+    except OrtNotImplemented:
+        return None
+
+
+@pytest.mark.parametrize("name,dtype", [("DML_OPERATOR_ACTIVATION_RELU", t) for t in (np.int8, np.int16, np.int32, np.int64)]
+                         + [("DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU", t) for t in (np.int32, np.int64, np.uint32, np.uint64)])
+def test_relu_and_prelu_integers(engine, name, dtype):
+    """ONNX Relu's and PRelu's integer types (PRelu's products kept within 2^40, where the peers are exact)."""
+    served(engine, name, dtype)
+    from service.operators import OPERATORS
+
+    rng = np.random.default_rng(np.dtype(dtype).itemsize)
+    arrays = [values(rng, dtype, 600, 2**20).reshape(20, 30) for _ in OPERATORS[name].input_fields]
+    op = descriptor(name, dtype, (20, 30), {})
+    model = model_for(op, np.dtype(dtype), [a.shape for a in arrays])
+    got = run(engine, op, *arrays)
+    np.testing.assert_array_equal(got, run_reference(model, *arrays))
+    ort = ort_if_it_has_the_kernel(model, *arrays)
+    if ort is not None:
+        np.testing.assert_array_equal(got, ort)

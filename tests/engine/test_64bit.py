@@ -212,35 +212,39 @@ def test_a_float64_operator_without_a_kernel_is_refused_with_the_feature(engine6
 def exact_two_input(kind: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """PRelu (x if x >= 0 else slope * x, the product wrapped to 64 bits) and ReluGrad (dy if x > 0
     else 0) in Python integers."""
+    signed = x.dtype.kind == "i"
+
     def one(a: int, b: int) -> int:
         if kind == "PARAMETERIZED_RELU":
             r = a if a >= 0 else (a * b) % 2**64
         else:
             r = b if a > 0 else 0
-        return r - 2**64 if r >= 2**63 else r
-    return np.array([one(int(a), int(b)) for a, b in zip(x.reshape(-1), y.reshape(-1))], np.int64).reshape(x.shape)
+        return r - 2**64 if signed and r >= 2**63 else r
+    return np.array([one(int(a), int(b)) for a, b in zip(x.reshape(-1), y.reshape(-1))], x.dtype).reshape(x.shape)
 
 
 @pytest.mark.parametrize("layout", ["packed", "strided", "broadcast", "in_place"])
-@pytest.mark.parametrize("kind,second", [("PARAMETERIZED_RELU", "SlopeTensor"), ("RELU_GRAD", "InputGradientTensor")])
-def test_two_input_int64(engine64, kind, second, layout):
-    need(engine64, kind, np.int64)
+@pytest.mark.parametrize("kind,second,dtype", [("PARAMETERIZED_RELU", "SlopeTensor", np.int64), ("PARAMETERIZED_RELU", "SlopeTensor", np.uint64),
+                                                ("RELU_GRAD", "InputGradientTensor", np.int64)])
+def test_two_input_int64(engine64, kind, second, dtype, layout):
+    need(engine64, kind, dtype)
     if layout == "in_place" and kind == "RELU_GRAD":
         pytest.skip("RELU_GRAD is not in place (DirectML)")
     rng = np.random.default_rng([len(layout), len(kind)])
     sizes = (5, 7, 3)
-    x = int64_values(rng, np.int64, 105).reshape(sizes)
-    y = int64_values(rng, np.int64, 105)[::-1].copy().reshape(sizes)
-    y.reshape(-1)[:8] = [-1, 2, 3, I64.max, I64.min, -(2**32), 2**32 + 1, 0]
+    x = int64_values(rng, dtype, 105).reshape(sizes)
+    y = int64_values(rng, dtype, 105)[::-1].copy().reshape(sizes)
+    if dtype is np.int64:
+        y.reshape(-1)[:8] = [-1, 2, 3, I64.max, I64.min, -(2**32), 2**32 + 1, 0]
     x_strides = y_strides = None
     if layout in ("strided", "in_place"):
         x_strides = packed_strides(tuple(s + 1 for s in sizes))
     elif layout == "broadcast":   # the second input per channel (ONNX's broadcast slope)
         y_strides = (0, 1, 0)
         y = np.broadcast_to(y[:1, :, :1], sizes).copy()
-    body = {"Type": f"DML_OPERATOR_ACTIVATION_{kind}", "InputTensor": tensor(np.int64, sizes, x_strides), second: tensor(np.int64, sizes, y_strides)}
+    body = {"Type": f"DML_OPERATOR_ACTIVATION_{kind}", "InputTensor": tensor(dtype, sizes, x_strides), second: tensor(dtype, sizes, y_strides)}
     if layout == "in_place":
-        body["OutputTensor"] = tensor(np.int64, sizes, x_strides)
+        body["OutputTensor"] = tensor(dtype, sizes, x_strides)
     op = parse_operator(body)
     got = run(engine64, op, x, y, in_place=layout == "in_place")
     np.testing.assert_array_equal(got, exact_two_input(kind, x, y))
@@ -274,3 +278,14 @@ def test_shrink_float64_random_biases(engine64):
             continue
         op = make_op("SHRINK", np.float64, x.shape, Bias=float(bias), Threshold=0.0)
         same_bits(run(engine64, op, x), op.reference(x))
+
+
+@pytest.mark.parametrize("layout", ["packed", "strided", "broadcast", "in_place"])
+def test_relu_int64(engine64, layout):
+    """ONNX Relu's int64: max(0, x), INT64 min and max included."""
+    need(engine64, "RELU", np.int64)
+    rng = np.random.default_rng(len(layout))
+    x, strides = shrink_layout(layout, rng, lambda sizes: int64_values(rng, np.int64, int(np.prod(sizes))).reshape(sizes))
+    op = make_op("RELU", np.int64, x.shape, strides)
+    got = run(engine64, op, x, in_place=layout == "in_place")
+    np.testing.assert_array_equal(got, np.array([max(int(v), 0) for v in x.reshape(-1)], np.int64).reshape(x.shape))

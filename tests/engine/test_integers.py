@@ -87,6 +87,24 @@ def test_two_input_integers(engine, kind, second, dtype):
         np.testing.assert_array_equal(edge, np.array([info.min, -15], dtype))  # -1 * min wraps to min
 
 
+@pytest.mark.parametrize("layout", ["packed", "strided", "broadcast", "in_place"])
+@pytest.mark.parametrize("dtype", SIGNED, ids=lambda d: np.dtype(d).name)
+def test_relu_integers(engine, dtype, layout):
+    """RELU takes INT8/16/32 from 5_1 (DirectML): max(0, x) exactly."""
+    rng = np.random.default_rng([np.dtype(dtype).itemsize, len(layout)])
+    x, strides = shrink_layout(layout, rng, lambda sizes: integers(rng, dtype, sizes))
+    op = make_op("RELU", dtype, x.shape, strides)
+    np.testing.assert_array_equal(run(engine, op, x, in_place=layout == "in_place"), np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.uint32], ids=["uint32"])
+def test_prelu_unsigned_is_the_input(engine, dtype):
+    """ONNX PRelu's uint32: never negative, so x whatever the slope."""
+    x = np.array([0, 1, 2**31, 2**32 - 1], dtype)
+    op = parse_operator({"Type": "DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU", "InputTensor": tensor(dtype, x.shape), "SlopeTensor": tensor(dtype, x.shape)})
+    np.testing.assert_array_equal(run(engine, op, x, x[::-1].copy()), x)
+
+
 def test_integer_types_arrive_at_5_1():
     op = make_op("SHRINK", np.uint16, (1, 1, 2, 2))
     op.check_feature_level(FeatureLevel.FL_5_1)
