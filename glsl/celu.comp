@@ -3,8 +3,8 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
-// FLOAT64: x for x > 0, else alpha_expm1_quotient_d (f64math.glsl: x / Alpha's rounding made up for,
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
+// FLOAT64: x for x > 0, else alpha_expm1_quotient_d (f64activation.glsl: x / Alpha's rounding made up for,
 // below 2 ulp). PARAM_F64(0) = Alpha.
 double activate(double x) {
     return x > 0.0 ? x : alpha_expm1_quotient_d(x, PARAM_F64(0));

@@ -3,8 +3,8 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
-// FLOAT64: gelu_d (f64math.glsl: a series near 0, the Gaussian tail with an exact u^2 elsewhere).
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
+// FLOAT64: gelu_d (f64activation.glsl: a series near 0, the Gaussian tail with an exact u^2 elsewhere).
 double activate(double x) {
     return gelu_d(x);
 }

@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: x, bits and all.
 double activate(double x) {
     return x;

@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: PARAM_F64(0) = Alpha.
 double activate(double x) {
     return x >= 0.0 ? x : PARAM_F64(0) * x;

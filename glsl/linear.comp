@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: PARAM_F64(0) = Alpha, PARAM_F64(2) = Beta, Alpha * x + Beta rounded about once (mul_add_d).
 double activate(double x) {
     return mul_add_d(x, PARAM_F64(0), PARAM_F64(2));

@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: PARAM_F64(0) = Alpha, PARAM_F64(2) = Beta, z = Beta * x = zh + zl exactly (two_prod_d) and
 // l = log1p(exp(-|z|)) = lm 2^le (log1p_exp_neg_d, 2 ulp): Alpha * (zh + (zl + l)) where z > 0 (the
 // sum's terms have one sign: half an ulp, a product, and l's error weighed by l / (z + l)), else

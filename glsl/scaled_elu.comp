@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: PARAM_F64(0) = Alpha, PARAM_F64(2) = Gamma: Gamma * x, or (Gamma * Alpha) * expm1(x), Gamma *
 // Alpha exact (both are float32 values): expm1_d's 1 ulp and one product, also for a subnormal x.
 double activate(double x) {

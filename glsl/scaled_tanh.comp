@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: PARAM_F64(0) = Alpha, PARAM_F64(2) = Beta. tanh's condition number 2x / sinh(2x) is at most 1,
 // so Beta * x's rounding costs at most half an ulp: tanh_d (2 ulp) and Alpha's product, below 3 ulp.
 // |Beta x| < 2^-28: tanh(z) = z to 2^-57, and the result is (Alpha Beta) x (Alpha Beta exact: both are

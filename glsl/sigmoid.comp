@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: 1 / (1 + exp(-x)) by over_1p_exp_d (below 2 ulp, the tail x << 0 down to the subnormals
 // rounded once); +-inf give 1 and 0, NaN stays NaN.
 double activate(double x) {

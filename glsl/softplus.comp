@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: PARAM_F64(0) = s. s x = zh + zl exactly (two_prod_d; exp's relative error is |s x| times its
 // argument's), l = log1p(exp(-|s x|)) as lm 2^le (log1p_exp_neg_d, 2 ulp); the result is x + l / s where
 // s x > 0 (the linear part s x / s is x exactly, and l / s has x's sign: the sum adds half an ulp to at

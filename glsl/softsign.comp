@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: as the float formula below (1 + |x| and the quotient: 1 ulp).
 double activate(double x) {
     return isinf(x) ? sign(x) : x / (1.0 + abs(x));

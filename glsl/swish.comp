@@ -3,7 +3,7 @@
 #include "common/elementwise.glsl"
 
 #if defined(DTYPE_F64)
-#include "common/f64math.glsl"  // only here: its doubles would put Float64 in every variant
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
 // FLOAT64: PARAM_F64(0) = s. s x = zh + zl exactly (two_prod_d: sigmoid's relative error is up to |s x|
 // times its argument's), then x / (1 + exp(-s x)) by over_1p_exp_d (below 2 ulp; x exp(s x) is never
 // formed, so nothing underflows early where x is large). Where sigmoid is 0 (s x = -inf) the result

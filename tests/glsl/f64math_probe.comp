@@ -1,8 +1,8 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// The test harness of glsl/common/f64math.glsl (tests/glsl/f64_harness.py): y[i] = FN(x[i]) (or
+// The test harness of glsl/common/f64math.glsl and f64activation.glsl (tests/glsl/f64_harness.py): y[i] = FN(x[i]) (or
 // FN(x[i], p[i]) with TWO_ARGS) on doubles carried as their two 32-bit words.
-#include "common/f64math.glsl"
+#include "common/f64activation.glsl"   // and f64math.glsl
 #ifdef EXTRA_INCLUDE
 #include EXTRA_INCLUDE
 #endif
