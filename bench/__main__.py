@@ -1,4 +1,4 @@
-"""``python -m bench [--only kernels|service|v2] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
+"""``python -m bench [--only kernels|service|v2|grpc|types64|accuracy] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
 from __future__ import annotations
 
 import argparse
@@ -31,8 +31,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "a host memcpy and CPU peers; then the HTTP service end to end (latency, requests/s, 16 MiB "
         "throughput) against a bare uvicorn echo and a raw loopback socket; then /v2 with tritonclient against "
         "MLServer and the echo; writes a Markdown report.")
-    parser.add_argument("--only", choices=("kernels", "service", "v2", "grpc"), default=None,
-                        help="run one part only (default: kernels, then service, then v2, then grpc)")
+    parser.add_argument("--only", choices=("kernels", "service", "v2", "grpc", "types64", "accuracy"), default=None,
+                        help="run one part only (default: kernels, then service, then v2, then grpc, then types64: the 64-bit "
+                        "kernels, then accuracy: FLOAT64's ulp against mpmath)")
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="kernels: log2 element counts (default 20,24)")
     parser.add_argument("--repeat", type=int, default=10, help=f"kernels: timed runs of each measurement, after {WARMUP} warm-up runs")
     parser.add_argument("--ops", type=_csv, default=None, help="kernels: operators by short name, e.g. shrink,celu (default: all)")
@@ -191,9 +192,47 @@ def run_grpc(args: argparse.Namespace) -> None:
     _write(args.out, name, v2_grpc.section(name, _machine(), result, _targets_apply(result.device)), "grpc")
 
 
+def run_types64(args: argparse.Namespace) -> None:
+    from . import types64
+
+    started, load = time.perf_counter(), os.getloadavg()[0]
+    engine, rows = types64.measure(args.repeat, WARMUP)
+    d = engine.device
+    header = [
+        ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
+        ("Machine", f"{_machine()}; 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"),
+        ("Device", f"{d.name}; driver {d.driver_name} {d.driver_info}; reports {', '.join(d.features) or 'no 64-bit feature'}; tensors in {engine.memory} memory"),
+        ("Runs", f"best (median) of {args.repeat} after {WARMUP} warm-up runs; {time.perf_counter() - started:.1f} s in all"),
+    ]
+    _write(args.out, d.name, types64.section(d.name, header, rows), "types64")
+
+
+def run_accuracy(args: argparse.Namespace) -> None:
+    """FLOAT64's worst ulp per operator against mpmath (bench/accuracy.py), where the device has the
+    native FLOAT64 kernels."""
+    from client.buffers import to_buffer, view
+
+    from . import accuracy
+
+    engine = Engine()
+    if "shaderFloat64" not in engine.kernel_features:
+        print(f"{engine.device.name}: no shaderFloat64, no FLOAT64 accuracy to measure")
+        engine.close()
+        return
+
+    def execute(case, x: np.ndarray) -> np.ndarray:
+        op = accuracy.descriptor(case, x.shape)
+        out = engine.execute(op, [to_buffer(x, None, op.inputs[0].total_bytes)])
+        return np.array(view(out, np.float64, op.output.Sizes, op.output.strides))
+
+    results = [accuracy.measure(execute, c) for c in accuracy.CASES] + [accuracy.measure_rows(execute, c) for c in accuracy.ROW_CASES]
+    _write(args.out, engine.device.name, accuracy.section(engine.device.name, results), "accuracy")
+    engine.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
-    parts = [args.only] if args.only else ["kernels", "service", "v2", "grpc"]
+    parts = [args.only] if args.only else ["kernels", "service", "v2", "grpc", "types64", "accuracy"]
     if "kernels" in parts:
         run_kernels(args)
     if "service" in parts:
@@ -202,6 +241,10 @@ def main(argv: list[str] | None = None) -> None:
         run_v2(args)
     if "grpc" in parts:
         run_grpc(args)
+    if "types64" in parts:
+        run_types64(args)
+    if "accuracy" in parts:
+        run_accuracy(args)
 
 
 if __name__ == "__main__":

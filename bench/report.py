@@ -22,9 +22,10 @@ TARGET_LATENCY = 1.5       # vkact's 1,024-element requests: p50 at most this mu
 
 PREAMBLE = f"""# vkact benchmark
 
-Written by `make bench` (`python -m bench`; `--only kernels`, `--only service`, `--only v2` or `--only grpc`
-runs one part). Each Vulkan device has a kernel section, a service section and Open Inference Protocol
-sections (HTTP, gRPC); a run replaces only the sections it measured, on the device it ran on.
+Written by `make bench` (`python -m bench`; `--only kernels`, `--only service`, `--only v2`, `--only grpc`
+or `--only types64` runs one part). Each Vulkan device has a kernel section, a service section, Open
+Inference Protocol sections (HTTP, gRPC) and a section of the 64-bit kernels (FLOAT64, INT64, UINT64,
+native and emulated in 32-bit words); a run replaces only the sections it measured, on the device it ran on.
 
 ## Kernels
 
@@ -123,9 +124,15 @@ and next to the same two MLServers' gRPC servers (messages up to 64 MiB), all me
   the same 2 cores as the servers, so these figures are the servers' own.
 - **target**: vkact gRPC serves ≥ 3× the requests/s of the faster MLServer gRPC with 8 concurrent
   clients on 1,024-element requests (PASS or BELOW), judged on h2load's figures when h2load is there.
+
+## FLOAT64 accuracy
+
+Where the device has `shaderFloat64`: each operator's FLOAT64 kernel against its formula in mpmath,
+rounded once to double (`bench/accuracy.py`, the cases `tests/engine/test_float64.py` asserts):
+the worst error in ulp over each case's points, against issue 17's bound of 4 ulp (PASS or ABOVE).
 """
 
-_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
+_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc|types64|accuracy): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
 
 
 @dataclass

@@ -349,6 +349,8 @@ class OperatorMethods(Generic[_R]):
         ONNX PRelu. DirectML requires SlopeTensor to have the input's Sizes; ONNX's broadcasting slope is
         expressed with zero strides (a per-channel slope of an NCHW input: Strides {0, 1, 0, 0}).
         Integer tensors (INT8/16/32 from 5_1): slope * x wraps to the type, as numpy's integer product.
+        INT64, UINT32 and UINT64 too (ONNX PRelu's types; the 64-bit ones native where the device has
+        shaderInt64, else in 32-bit words): an unsigned x is never negative, so the result is x.
 
         Type DML_OPERATOR_ACTIVATION_PARAMETERIZED_RELU.
 
@@ -388,7 +390,8 @@ class OperatorMethods(Generic[_R]):
 
         DML_ACTIVATION_RELU_OPERATOR_DESC: max(0, x). ONNX Relu; NaN stays NaN, as np.maximum(x, 0) has it.
 
-        FLOAT32 and FLOAT16 only so far: DirectML also accepts INT32, INT16 and INT8 from feature level 5_1.
+        Integers: INT8/16/32 from feature level 5_1 (DirectML), INT64 (ONNX Relu's type; native where the
+        device has shaderInt64, else in 32-bit words).
 
         Type DML_OPERATOR_ACTIVATION_RELU.
 
@@ -405,7 +408,8 @@ class OperatorMethods(Generic[_R]):
         """y = InputGradientTensor if InputTensor > 0; else 0
 
         DML_ACTIVATION_RELU_GRAD_OPERATOR_DESC: OutputGradientTensor = InputGradientTensor where
-        InputTensor > 0, else 0 (ReLU's backward pass; no ONNX counterpart).
+        InputTensor > 0, else 0 (ReLU's backward pass; no ONNX counterpart). INT64 too, beside DirectML's
+        signed integers (native where the device has shaderInt64, else in 32-bit words).
 
         Type DML_OPERATOR_ACTIVATION_RELU_GRAD.
 
@@ -476,7 +480,9 @@ class OperatorMethods(Generic[_R]):
         -> -2 -> 254). ONNX's reference rounds x -/+ Bias to float64 before truncating, and ONNX Runtime to
         float32; vkact does not round, which differs from them only when Bias has a fractional part below
         about 2^-20 of x (x - 2^-52 is x - 1 here, x there). INT64, UINT64 and FLOAT64, which ONNX
-        also allows, are accepted but have no kernel (see NO_KERNEL): a request gets a 422.
+        also allows, run natively where the device has shaderInt64/shaderFloat64 and emulated in 32-bit
+        words elsewhere (glsl/common/emu64.glsl): the same exact results. FLOAT64 computes with Bias and
+        Threshold as the float32 values that DirectML's FLOAT gives (as ONNX's float attributes do).
 
         Type DML_OPERATOR_ACTIVATION_SHRINK.
 

@@ -2,6 +2,13 @@
 #extension GL_GOOGLE_include_directive : require
 #include "common/elementwise.glsl"
 
+#if defined(DTYPE_F64)
+#include "common/f64activation.glsl"  // only here: its doubles would put Float64 in every variant
+// FLOAT64: gelu_d (f64activation.glsl: a series near 0, the Gaussian tail with an exact u^2 elsewhere).
+double activate(double x) {
+    return gelu_d(x);
+}
+#else
 // DML_ACTIVATION_GELU_OPERATOR_DESC: x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt 2)), the exact form.
 //
 // With u = |x|: x * Phi(x) = x - u * Phi(-u) for x >= 0 and -u * Phi(-u) for x < 0, where
@@ -38,3 +45,4 @@ float activate(float x) {
     float tail = hi < -88.0 ? 0.0 : exp2_int_f(k) * fma(wh, p, wh);  // u * Phi(-u)
     return (x >= 0.0 ? x : 0.0) - tail;
 }
+#endif

@@ -7,7 +7,7 @@
 # dependencies and whose setup.py has bugs.  We build it offline against the
 # system Vulkan headers / fmt and pip's pybind11, after a small explicit patch,
 # and cache the wheel outside the repo so fresh clones and rebuilt venvs reuse it.
-# kp's C++ is patched too (command pool flag, barriers: see below); KP_PATCH_LEVEL names that build,
+# kp's C++ is patched too (command pool flag, barriers, device features: see below); KP_PATCH_LEVEL names that build,
 # keys the wheel cache and is written into the venv, so an old cached wheel or venv gets rebuilt.
 #
 # env: VKACT_KP_SDIST=/path/kp-0.9.0.tar.gz  use this sdist instead of downloading it
@@ -20,7 +20,7 @@ KP_VERSION=0.9.0
 KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PYBIND11_VERSION=3.1.0
 # Bump when the patches below change: a new wheel cache directory and a reinstall in every venv.
-KP_PATCH_LEVEL=vkact1
+KP_PATCH_LEVEL=vkact2
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -129,6 +129,33 @@ patches = {
               vk::PipelineStageFlagBits::eComputeShader,
               vk::PipelineStageFlagBits::eHost);
         }
+"""),
+    ],
+    # (7) kp creates its VkDevice with no features at all, so a shader that uses 64-bit arithmetic is a
+    #     validation error (VUID-VkShaderModuleCreateInfo-pCode-01091) and undefined behaviour. Enable
+    #     the features vkact's kernels use (service/descriptors/datatypes.py KERNEL_FEATURES) where the
+    #     device reports them, and never one that it does not (a validation error, or a failed device).
+    "src/Manager.cpp": [
+        ("""    vk::DeviceCreateInfo deviceCreateInfo(vk::DeviceCreateFlags(),
+                                          deviceQueueCreateInfos.size(),
+                                          deviceQueueCreateInfos.data(),
+                                          {},
+                                          {},
+                                          validExtensions.size(),
+                                          validExtensions.data());
+""",
+         """    const vk::PhysicalDeviceFeatures reported = physicalDevice.getFeatures();
+    vk::PhysicalDeviceFeatures enabledFeatures;
+    enabledFeatures.shaderFloat64 = reported.shaderFloat64;
+    enabledFeatures.shaderInt64 = reported.shaderInt64;
+    vk::DeviceCreateInfo deviceCreateInfo(vk::DeviceCreateFlags(),
+                                          deviceQueueCreateInfos.size(),
+                                          deviceQueueCreateInfos.data(),
+                                          {},
+                                          {},
+                                          validExtensions.size(),
+                                          validExtensions.data(),
+                                          &enabledFeatures);
 """),
     ],
 }

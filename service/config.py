@@ -20,6 +20,7 @@ class Settings(BaseSettings):
     max_workgroups: int = Field(0, ge=0, description="grid-stride cap on workgroups per dispatch; 0 picks one for the device type")
     pool_bytes: int = Field(2 << 30, ge=1 << 20, description="device memory the buffer pool may keep for reuse")
     max_tensor_bytes: int = Field(0, ge=0, description="largest tensor buffer; 0 means the device's maxStorageBufferRange")
+    native_64bit: bool = Field(True, description="the native FLOAT64/INT64/UINT64 kernels where the device has shaderFloat64/shaderInt64; false: the kernels emulated in 32-bit words (and a 422 for FLOAT64 operators that have none), as on a device without them (the tests run both paths on one device)")
     glsl_dir: Path = ROOT / "glsl"
     spirv_cache: Path = ROOT / ".cache" / "spirv"
     glslang: str = "glslangValidator"

@@ -31,6 +31,7 @@ import numpy as np
 from .buckets import bucket
 from .config import Settings
 from .descriptors import packed_strides
+from .descriptors.datatypes import KERNEL_FEATURES
 from .errors import InvalidRequest, UnsupportedOnDevice
 from .layout import RowLayout, coalesce, row_layout
 from .operators import OperatorDesc
@@ -41,7 +42,7 @@ from .shaders import ShaderCompiler, Variant, all_variants
 from .vulkan_probe import PhysicalDevice, choose, physical_devices
 
 UNIT_BYTES = 16          # the packed kernels move one 16-byte vector per invocation and step
-PUSH_WORDS = 8           # count, rank, six parameters (the shaders' Push block)
+PUSH_WORDS = 16          # count, rank, 14 parameter words (the shaders' Push block, elementwise.glsl)
 META_WORDS = 8 * 4       # sizes + up to three tensors' strides (MAX_DIMS words each)
 # Reductions on a GPU give rows at least this long a whole workgroup (one subgroup per row leaves too
 # few warps in flight for a few long rows); a CPU driver never does: lavapipe runs a barrier as a
@@ -62,13 +63,23 @@ MAX_PLANS = 256
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuffer reads
 
 
-def _words(values: Sequence[int | float]) -> np.ndarray:
+def _words(values: Sequence[int | float | np.float64 | np.int64 | np.uint64]) -> np.ndarray:
     """Push constants as uint32 words, floats bit-cast (kp 0.9 takes the push type from the spec array).
-    Subnormal floats go as signed zeros: some devices flush them in arithmetic (lavapipe does), others
-    do not, and every device should compute what the reference does (OperatorDesc.reference)."""
+    A Python float is a float32 word, a Python int a uint32 word; a numpy float64, int64 or uint64 takes
+    two words, low first, at an even index (glsl/common/dtype.glsl's contract: PARAM_F64(i) and friends).
+    Subnormal float32 values go as signed zeros: some devices flush them in arithmetic (lavapipe does),
+    others do not, and every device should compute what the reference does (OperatorDesc.reference)."""
     out = np.zeros(PUSH_WORDS, np.uint32)
-    for i, v in enumerate(values):
+    i = 0
+    for v in values:
+        if isinstance(v, (np.float64, np.int64, np.uint64)):
+            if i % 2:
+                raise ValueError(f"a 64-bit push constant must start at an even word, not word {i} (pad with a 0)")
+            out[i : i + 2] = np.array([v]).view(np.uint32)
+            i += 2
+            continue
         out[i] = np.float32(flush_subnormal(v)).view(np.uint32) if isinstance(v, float) else v
+        i += 1
     return out
 
 
@@ -152,6 +163,10 @@ class Engine:
         self._mgr = kp.Manager(self.device.index)
         props = self._mgr.get_device_properties()
         self.max_workgroup_count = int(props["max_work_group_count"][0])
+        # The patched kp enables the KERNEL_FEATURES the device reports (scripts/build-kp.sh); the
+        # native 64-bit kernels use them unless Settings.native_64bit turns them off.
+        self.features_enabled = frozenset(f for f in KERNEL_FEATURES if f in self.device.features)
+        self.kernel_features = self.features_enabled if settings.native_64bit else frozenset()
         self.tuning: Tuning = tuning_for(self.device)
         self.memory = settings.memory if settings.memory != "auto" else self.tuning.memory
         # Settings.local_size within the device's workgroup limits (kernels specialise on it).
@@ -321,7 +336,7 @@ class Engine:
             variant, push, meta, clear, groups = self._reduction(op)
         else:
             layout = coalesce((*op.inputs, op.output))
-            variant = Variant(op.kernel(), op.data_type.info.shader or "", layout.kind, len(op.inputs))
+            variant = Variant(op.kernel(), op.shader_dtype(self.kernel_features), layout.kind, len(op.inputs))
             push = _words([layout.count, len(layout.sizes), *op.shader_params()])
             meta = None if layout.packed else layout.meta_words()
             clear = not layout.packed
@@ -361,7 +376,7 @@ class Engine:
         if not self.device.subgroup_reductions:
             raise UnsupportedOnDevice(f"{op.type_name()} needs subgroup shuffles in compute shaders; {self.device.name} lacks them", "Type")
         rl = row_layout((*op.inputs, op.output), op.reduced_axes())
-        variant = Variant(op.kernel(), op.data_type.info.shader or "", rl.kind, len(op.inputs), op.kind, self.reduction_unroll)
+        variant = Variant(op.kernel(), op.shader_dtype(self.kernel_features), rl.kind, len(op.inputs), op.kind, self.reduction_unroll)
         cluster, groups = self._row_split(rl, op.data_type.info.size)
         push = _words([rl.rows, rl.row_len, cluster, rl.row_stride, len(rl.outer), len(rl.inner)])
         clear = op.output.strides != packed_strides(op.output.Sizes)

@@ -92,7 +92,10 @@ def all_variants() -> list[Variant]:
 
     variants = []
     for op in OPERATORS.values():
-        dtypes = sorted({t.info.shader for step in op.support.steps for t in step.data_types if t.info.shader})
+        # every accepted type's native variant and, where the shader has it, its emulated one: the
+        # device picks among them (OperatorDesc.shader_dtype), and glslang needs no device
+        accepted = op.accepted_types()
+        dtypes = sorted({t.info.shader for t in accepted} | {t.info.emulated for t in op.emulated_types & accepted if t.info.emulated})
         unrolls = REDUCTION_UNROLLS if op.kind == "reduction" else (1,)
         variants += [Variant(k, d, layout, len(op.input_fields), op.kind, u)
                      for k in op.all_kernels() for d in dtypes for layout in LAYOUTS for u in unrolls]

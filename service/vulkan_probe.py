@@ -19,6 +19,10 @@ _STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES = 1000196000
 _STYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES = 1000094000
 _API_1_1 = (1 << 22) | (1 << 12)
 
+# VkPhysicalDeviceFeatures: 55 VkBool32 members (Vulkan 1.0 ABI); the index of the ones vkact reads.
+_FEATURE_COUNT = 55
+FEATURE_INDEX = {"shaderFloat64": 39, "shaderInt64": 40, "shaderInt16": 41}
+
 # Offsets in VkPhysicalDeviceProperties (Vulkan 1.x, stable ABI); VkPhysicalDeviceLimits starts at 296.
 _LIMITS = 296
 _MAX_STORAGE_BUFFER_RANGE = _LIMITS + 28
@@ -75,6 +79,7 @@ class PhysicalDevice:
     max_memory_allocation_count: int
     subgroup_size: int = 0             # VkPhysicalDeviceSubgroupProperties (Vulkan 1.1); 0 if unknown
     subgroup_operations: int = 0       # its supportedOperations, if the compute stage supports subgroups
+    features: tuple[str, ...] = ()     # the VkPhysicalDeviceFeatures in FEATURE_INDEX that it reports
 
     @property
     def is_cpu(self) -> bool:
@@ -122,6 +127,8 @@ def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
     props = _Props2(_STYPE_PHYSICAL_DEVICE_PROPERTIES_2, ctypes.cast(ctypes.pointer(driver), ctypes.c_void_p))
     vk.vkGetPhysicalDeviceProperties2(ctypes.c_void_p(handle), ctypes.byref(props))
     raw = bytes(props.properties)
+    features = (ctypes.c_uint32 * _FEATURE_COUNT)()
+    vk.vkGetPhysicalDeviceFeatures(ctypes.c_void_p(handle), ctypes.byref(features))
 
     def u32(offset: int) -> int:
         return int.from_bytes(raw[offset : offset + 4], "little")
@@ -140,6 +147,7 @@ def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
         max_memory_allocation_count=u32(_MAX_MEMORY_ALLOCATION_COUNT),
         subgroup_size=subgroup.subgroupSize,
         subgroup_operations=subgroup.supportedOperations if subgroup.supportedStages & _STAGE_COMPUTE else 0,
+        features=tuple(name for name, i in FEATURE_INDEX.items() if features[i]),
     )
 
 

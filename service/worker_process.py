@@ -226,6 +226,8 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
         "device": device.as_dict(),
         "memory": engine.memory,
         "max_tensor_bytes": engine.max_tensor_bytes,
+        "features_enabled": sorted(engine.features_enabled),   # what the patched kp enabled
+        "kernel_features": sorted(engine.kernel_features),     # what the kernels use (VKACT_NATIVE_64BIT)
         "max_workgroup_count": engine.max_workgroup_count,
         "local_size": engine.local_size,
         "shader_variants": variants,

@@ -1,8 +1,39 @@
-// Storage of each data type. Elements live in 32-bit words so that no device feature is needed
-// (Kompute enables none): FLOAT16 is two halves per word, converted with explicit round-to-nearest-even.
-// Defines per variant: DTYPE_F32 or DTYPE_F16.
+// Storage of each data type. Elements live in 32-bit words (uint buffers): FLOAT16 is two halves per
+// word, converted with explicit round-to-nearest-even; a 64-bit element is two words, low word first.
+// Defines per variant: DTYPE_F32, DTYPE_F16, DTYPE_I32/I16/I8, DTYPE_U32/U16/U8, and the 64-bit ones:
+//   DTYPE_F64, DTYPE_I64, DTYPE_U64   native: ELEM_T double / int64_t / uint64_t. The device must have
+//                                      shaderFloat64 / shaderInt64 enabled (the patched kp enables them
+//                                      where reported; service/descriptors/datatypes.py picks the variant).
+//   DTYPE_F64_EMU, DTYPE_I64_EMU, DTYPE_U64_EMU   emulated: ELEM_T is uvec2 (the element's two words,
+//                                      .x low, .y high) and the formula does its arithmetic in 32-bit
+//                                      integers (glsl/common/emu64.glsl); no device feature needed.
+//   Every 64-bit variant defines DTYPE_64BIT (ELEM_BITS 64, BITS_T uvec2); the emulated ones DTYPE_EMU64.
+//
+// How a .comp writes its 64-bit formulas (the contract; elementwise.glsl and reduction.glsl):
+//   #if defined(DTYPE_F64)
+//   double activate(double x) { double alpha = PARAM_F64(0); ... }   // FLOAT64, native
+//   #elif defined(DTYPE_I64_EMU) || defined(DTYPE_U64_EMU)
+//   uvec2 activate(uvec2 x) { ... }                                   // INT64/UINT64 in 32-bit words
+//   #elif !defined(DTYPE_INT)
+//   float activate(float x) { ... }                                    // FLOAT32, FLOAT16
+//   #else
+//   ELEM_T activate(ELEM_T x) { ... }                                  // integers, INT64/UINT64 native too
+//   #endif
+// DTYPE_INT and DTYPE_SIGNED hold for the native integer variants (I64 and U64 included; SIGNED_T is
+// int or int64_t), never for the emulated ones: generic integer code that cannot handle uvec2 then
+// fails to compile instead of computing nonsense.
+// Parameters (push constants, elementwise.glsl): 32-bit ones with PARAM(i) (float), PARAM_INT(i),
+// PARAM_UINT(i); a 64-bit one takes two words, low first, at an EVEN word index i (8-byte aligned in
+// the block): PARAM_F64(i) (double, native F64 only), PARAM_I64(i)/PARAM_U64(i) (int64_t/uint64_t,
+// native I64/U64 only), PARAM_U64V(i) (uvec2, any variant). The host side: OperatorDesc.shader_params()
+// returns a numpy float64 for a double, numpy int64/uint64 for a 64-bit integer (service/engine.py
+// _words packs them and refuses one at an odd index); a Python float is a float32 word, a Python int a
+// uint32 word.
 #ifndef VKACT_DTYPE
 #define VKACT_DTYPE
+#if defined(DTYPE_I64) || defined(DTYPE_U64)
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#endif
 
 float f16_to_f32(uint h) {
     uint sign = (h & 0x8000u) << 16;
@@ -36,10 +67,37 @@ uint f32_to_f16(float f) {
     return sign | q;
 }
 
-// Every data type lives in 32-bit words (uint storage): 1, 2 or 4 elements per word. ELEM_T is
-// what a formula computes in: float for FLOAT32/FLOAT16, int or uint for the integer types (wider
-// than the element, so a formula's result wraps when to_bits keeps the low ELEM_BITS bits).
-#if defined(DTYPE_F32)
+// Every data type lives in 32-bit words (uint storage): 1, 2 or 4 elements per word, or one element
+// in two words (BITS_T uvec2). ELEM_T is what a formula computes in: float for FLOAT32/FLOAT16, int or
+// uint for the integer types (wider than the element, so a formula's result wraps when to_bits keeps
+// the low ELEM_BITS bits), double/int64_t/uint64_t/uvec2 for the 64-bit types.
+#if defined(DTYPE_F64)
+    #define DTYPE_64BIT
+    #define ELEM_T double
+    double from_bits(uvec2 b) { return packDouble2x32(b); }
+    uvec2 to_bits(double v) { return unpackDouble2x32(v); }
+#elif defined(DTYPE_I64)
+    #define DTYPE_64BIT
+    #define DTYPE_INT
+    #define DTYPE_SIGNED
+    #define ELEM_T int64_t
+    #define SIGNED_T int64_t
+    int64_t from_bits(uvec2 b) { return int64_t(pack64(b)); }
+    uvec2 to_bits(int64_t v) { return unpack32(uint64_t(v)); }
+#elif defined(DTYPE_U64)
+    #define DTYPE_64BIT
+    #define DTYPE_INT
+    #define ELEM_T uint64_t
+    #define SIGNED_T int64_t
+    uint64_t from_bits(uvec2 b) { return pack64(b); }
+    uvec2 to_bits(uint64_t v) { return unpack32(v); }
+#elif defined(DTYPE_F64_EMU) || defined(DTYPE_I64_EMU) || defined(DTYPE_U64_EMU)
+    #define DTYPE_64BIT
+    #define DTYPE_EMU64
+    #define ELEM_T uvec2
+    uvec2 from_bits(uvec2 b) { return b; }
+    uvec2 to_bits(uvec2 v) { return v; }
+#elif defined(DTYPE_F32)
     #define ELEM_T float
     #define ELEM_BITS 32
     float from_bits(uint b) { return uintBitsToFloat(b); }
@@ -53,6 +111,7 @@ uint f32_to_f16(float f) {
     #define DTYPE_INT
     #define DTYPE_SIGNED
     #define ELEM_T int
+    #define SIGNED_T int
     #if defined(DTYPE_I32)
         #define ELEM_BITS 32
     #elif defined(DTYPE_I16)
@@ -65,6 +124,7 @@ uint f32_to_f16(float f) {
 #elif defined(DTYPE_U32) || defined(DTYPE_U16) || defined(DTYPE_U8)
     #define DTYPE_INT
     #define ELEM_T uint
+    #define SIGNED_T int
     #if defined(DTYPE_U32)
         #define ELEM_BITS 32
     #elif defined(DTYPE_U16)
@@ -78,8 +138,15 @@ uint f32_to_f16(float f) {
     #error "define a DTYPE_* for this variant"
 #endif
 
-#define ELEMS_PER_WORD (32 / ELEM_BITS)
-#define UNIT_ELEMS (4u * uint(ELEMS_PER_WORD))   // elements per 16-byte unit of the packed path
-#define ELEM_MASK (ELEM_BITS == 32 ? 0xffffffffu : (1u << ELEM_BITS) - 1u)
+#ifdef DTYPE_64BIT
+    #define ELEM_BITS 64
+    #define BITS_T uvec2
+    #define UNIT_ELEMS 2u                            // elements per 16-byte unit of the packed path
+#else
+    #define BITS_T uint
+    #define ELEMS_PER_WORD (32 / ELEM_BITS)
+    #define UNIT_ELEMS (4u * uint(ELEMS_PER_WORD))   // elements per 16-byte unit of the packed path
+    #define ELEM_MASK (ELEM_BITS == 32 ? 0xffffffffu : (1u << ELEM_BITS) - 1u)
+#endif
 
 #endif

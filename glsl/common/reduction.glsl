@@ -20,14 +20,16 @@
 // the ragged ends element by element. LAYOUT_STRIDED: sizes and strides come from the meta table, for
 // the row index (outer dimensions) and the in-row index (inner, reduced, dimensions) separately.
 //
-// Data types (DTYPE_F32, DTYPE_F16): storage is 32-bit words; FLOAT16 is two halves per word, math is
-// fp32. A word that holds elements of two rows (FLOAT16 row ends, strided outputs) is written with
-// atomics on its own half only.
+// Data types (DTYPE_F32, DTYPE_F16, DTYPE_F64): storage is 32-bit words; FLOAT16 is two halves per word,
+// math is fp32 (REAL_T float). A word that holds elements of two rows (FLOAT16 row ends, strided outputs)
+// is written with atomics on its own half only. FLOAT64 (native only: shaderFloat64) is two words per
+// element and REAL_T double: the states below in double; the (max, sum) state calls
+// double exp_nonpos(double x, double lo), declared here and defined by the .comp (f64math.glsl).
 //
 // The operator's .comp defines REDUCE_ARGMAX (hardmax) or not (max and sum: softmax, log-softmax),
 // PREP_T, and after including this file:
 //     PREP_T prepare(STATE_T total);                  // once per row, from the row's reduced state
-//     float result(float x, uint index, PREP_T p);    // the output of element `index` (0..row_len-1)
+//     REAL_T result(REAL_T x, uint index, PREP_T p);  // the output of element `index` (0..row_len-1)
 // and RESULT_IGNORES_INPUT when result() does not read x (the second sweep then reads nothing).
 #ifndef VKACT_REDUCTION
 #define VKACT_REDUCTION
@@ -66,7 +68,20 @@ layout(binding = 2) readonly buffer Meta { uint meta[]; };
 
 // -- elements ------------------------------------------------------------------------------------
 
-#if defined(DTYPE_F32)
+#if defined(DTYPE_F64)
+#define REAL_T double
+#define REAL2_T dvec2
+#define REAL3_T dvec3
+#define REAL_MAX 1.7976931348623157e308LF
+#define UNIT_LEN 2u
+// Each element owns its two words: plain stores.
+double load_elem(uint e) { return packDouble2x32(uvec2(IN_WORD(2u * e), IN_WORD(2u * e + 1u))); }
+void store_elem(uint e, double v) {
+    uvec2 w = unpackDouble2x32(v);
+    OUT_WORD(2u * e) = w.x;
+    OUT_WORD(2u * e + 1u) = w.y;
+}
+#elif defined(DTYPE_F32)
 #define UNIT_LEN 4u
 float load_elem(uint e) { return uintBitsToFloat(IN_WORD(e)); }
 void store_elem(uint e, float v) { OUT_WORD(e) = floatBitsToUint(v); }
@@ -80,7 +95,22 @@ void store_elem(uint e, float v) {
     atomicOr(OUT_WORD(e >> 1), f32_to_f16(v) << shift);
 }
 #else
-#error "define DTYPE_F32 or DTYPE_F16"
+#error "define DTYPE_F32, DTYPE_F16 or DTYPE_F64"
+#endif
+#ifndef REAL_T
+#define REAL_T float
+#define REAL2_T vec2
+#define REAL3_T vec3
+#define REAL_MAX 3.40282347e38
+#endif
+// Whether a's bits exceed b's (a deterministic tie-break, not an order of values).
+bool bits_greater(float a, float b) { return floatBitsToUint(a) > floatBitsToUint(b); }
+#ifdef DTYPE_F64
+bool bits_greater(double a, double b) {
+    uvec2 x = unpackDouble2x32(a), y = unpackDouble2x32(b);
+    return x.y > y.y || (x.y == y.y && x.x > y.x);
+}
+double exp_nonpos(double x, double lo);   // e^(x + lo) for x <= 0: the .comp defines it (f64math.glsl)
 #endif
 
 // -- numerics ------------------------------------------------------------------------------------
@@ -109,16 +139,16 @@ float exp_nonpos(float x, float lo) {
 // x - y as hi + lo exactly (Knuth's TwoSum): an exponential of x - y for far-apart x and y keeps its
 // accuracy only with lo (rounding x - y = -25 alone is an error of 16 ulp in e^(x - y)). Infinite or
 // NaN operands give an infinite or NaN hi, which exp_nonpos handles without lo.
-vec2 two_diff(float x, float y) {
-    precise float hi = x - y;
-    precise float t = hi - x;
-    precise float lo = (x - (hi - t)) + (-y - t);
-    return vec2(hi, lo);
+REAL2_T two_diff(REAL_T x, REAL_T y) {
+    precise REAL_T hi = x - y;
+    precise REAL_T t = hi - x;
+    precise REAL_T lo = (x - (hi - t)) + (-y - t);
+    return REAL2_T(hi, lo);
 }
 
 // e^(x - m) for x <= m, x - m carried in two parts.
-float exp_minus(float x, float m) {
-    vec2 d = two_diff(x, m);
+REAL_T exp_minus(REAL_T x, REAL_T m) {
+    REAL2_T d = two_diff(x, m);
     return exp_nonpos(d.x, d.y);
 }
 
@@ -147,27 +177,38 @@ float log1p_nonneg(float x) {
 
 #ifdef REDUCE_ARGMAX
 // (value bits, index) of the element numpy's argmax picks: the first NaN if any, else the first
-// maximum; ties between lanes go to the lower index. NO_INDEX marks an empty state.
+// maximum; ties between lanes go to the lower index. NO_INDEX marks an empty state. FLOAT64: the
+// value in two words (uvec3: low, high, index).
 #define NO_INDEX 0xffffffffu
+#ifdef DTYPE_F64
+#define STATE_T uvec3
+STATE_T pick(double v, uint i) { return uvec3(unpackDouble2x32(v), i); }
+double pick_value(STATE_T a) { return packDouble2x32(a.xy); }
+uint pick_index(STATE_T a) { return a.z; }
+#else
 #define STATE_T uvec2
-#define ACC_T uvec2
-ACC_T acc_empty() { return uvec2(0u, NO_INDEX); }
+STATE_T pick(float v, uint i) { return uvec2(floatBitsToUint(v), i); }
+float pick_value(STATE_T a) { return uintBitsToFloat(a.x); }
+uint pick_index(STATE_T a) { return a.y; }
+#endif
+#define ACC_T STATE_T
+ACC_T acc_empty() { return pick(REAL_T(0), NO_INDEX); }
 // A lane visits its elements in increasing index order (accumulate() below), so a later element
 // replaces the pick only if strictly greater, or the first NaN.
-void acc_add(inout ACC_T a, float v, uint i) {
-    float w = uintBitsToFloat(a.x);
-    bool take = a.y == NO_INDEX || (isnan(v) && !isnan(w)) || v > w;
-    a = take ? uvec2(floatBitsToUint(v), i) : a;
+void acc_add(inout ACC_T a, REAL_T v, uint i) {
+    REAL_T w = pick_value(a);
+    bool take = pick_index(a) == NO_INDEX || (isnan(v) && !isnan(w)) || v > w;
+    a = take ? pick(v, i) : a;
 }
 STATE_T acc_state(ACC_T a) { return a; }
 STATE_T state_empty() { return acc_state(acc_empty()); }
 // Whether b's pick precedes a's in numpy's order: NaN first, then the larger value, then the lower index.
-bool precedes(uvec2 b, uvec2 a) {
-    float v = uintBitsToFloat(b.x), w = uintBitsToFloat(a.x);
+bool precedes(STATE_T b, STATE_T a) {
+    REAL_T v = pick_value(b), w = pick_value(a);
     bool vn = isnan(v), wn = isnan(w);
-    bool earlier = b.y < a.y;
+    bool earlier = pick_index(b) < pick_index(a);
     bool better = vn ? (!wn || earlier) : (!wn && (v > w || (v == w && earlier)));
-    return b.y != NO_INDEX && (a.y == NO_INDEX || better);
+    return pick_index(b) != NO_INDEX && (pick_index(a) == NO_INDEX || better);
 }
 STATE_T combine(STATE_T a, STATE_T b) { return precedes(b, a) ? b : a; }
 #else
@@ -176,30 +217,30 @@ STATE_T combine(STATE_T a, STATE_T b) { return precedes(b, a) ? b : a; }
 // the small terms of a dominated row. Empty: m = -FLT_MAX, s = -1, which also makes rows of -inf
 // come out as sum 0 (NaN outputs, as numpy's exp(x - max) / sum gives). A NaN anywhere makes s NaN.
 // The lane accumulator adds a Kahan compensation c (the sum's lost low part, subtracted at the end).
-#define STATE_T vec2
-#define ACC_T vec3
-ACC_T acc_empty() { return vec3(-3.40282347e38, -1.0, 0.0); }
+#define STATE_T REAL2_T
+#define ACC_T REAL3_T
+ACC_T acc_empty() { return REAL3_T(-REAL_MAX, -1.0, 0.0); }
 // Branch-free (selects): a CPU driver runs both sides of a divergent branch anyway.
-void acc_add(inout ACC_T a, float v, uint i) {
-    vec2 d = two_diff(v, a.x);
+void acc_add(inout ACC_T a, REAL_T v, uint i) {
+    REAL2_T d = two_diff(v, a.x);
     bool up = d.x > 0.0;                                    // a new maximum
-    float e = exp_nonpos(up ? -d.x : d.x, up ? -d.y : d.y);  // exp(x - m), or exp(m - x) for a new one
-    precise float y = e - a.z;
-    precise float t = a.y + y;
-    precise float c = (t - a.y) - y;
+    REAL_T e = exp_nonpos(up ? -d.x : d.x, up ? -d.y : d.y);  // exp(x - m), or exp(m - x) for a new one
+    precise REAL_T y = e - a.z;
+    precise REAL_T t = a.y + y;
+    precise REAL_T c = (t - a.y) - y;
     // a new maximum: the old designated one (and the sum so far) joins the sum, scaled by e
-    a = up ? vec3(v, (1.0 + a.y) * e, a.z * e) : vec3(a.x, t, c);
+    a = up ? REAL3_T(v, (1.0 + a.y) * e, a.z * e) : REAL3_T(a.x, t, c);
 }
-STATE_T acc_state(ACC_T a) { return vec2(a.x, a.y - a.z); }
+STATE_T acc_state(ACC_T a) { return REAL2_T(a.x, a.y - a.z); }
 STATE_T state_empty() { return acc_state(acc_empty()); }   // combine()'s identity
 STATE_T combine(STATE_T a, STATE_T b) {
     // Symmetric and deterministic (the larger maximum, then the larger sum bits, leads), so every
     // lane of a butterfly ends with the same bits.
-    bool swap = b.x > a.x || (b.x == a.x && floatBitsToUint(b.y) > floatBitsToUint(a.y));
-    vec2 hi = swap ? b : a;
-    vec2 lo = swap ? a : b;
-    vec2 d = two_diff(lo.x, hi.x);
-    return vec2(hi.x, hi.y + (1.0 + lo.y) * exp_nonpos(d.x, d.y));
+    bool swap = b.x > a.x || (b.x == a.x && bits_greater(b.y, a.y));
+    REAL2_T hi = swap ? b : a;
+    REAL2_T lo = swap ? a : b;
+    REAL2_T d = two_diff(lo.x, hi.x);
+    return REAL2_T(hi.x, hi.y + (1.0 + lo.y) * exp_nonpos(d.x, d.y));
 }
 #endif
 
@@ -213,7 +254,7 @@ void acc_add4(inout ACC_T a, vec4 v, uint i) {
 }
 
 PREP_T prepare(STATE_T total);
-float result(float x, uint index, PREP_T p);
+REAL_T result(REAL_T x, uint index, PREP_T p);
 
 // -- one row, one lane's share -------------------------------------------------------------------
 
@@ -245,8 +286,10 @@ uint loose_index(Span s, uint q) { return q < s.head ? q : pc.row_len - s.tail +
 #endif
 
 // Element k (0 .. UNIT_LEN-1) of a unit's words.
-float unit_elem(uvec4 w, uint k) {
-#if defined(DTYPE_F32)
+REAL_T unit_elem(uvec4 w, uint k) {
+#if defined(DTYPE_F64)
+    return packDouble2x32(k == 0u ? w.xy : w.zw);
+#elif defined(DTYPE_F32)
     return uintBitsToFloat(w[k]);
 #else
     return f16_to_f32((w[k >> 1] >> ((k & 1u) * 16u)) & 0xffffu);
@@ -256,8 +299,8 @@ float unit_elem(uvec4 w, uint k) {
 void acc_unit(inout ACC_T acc, Span s, uint u) {
     uvec4 w = in_units[s.first_unit + u];
     uint i = s.head + u * UNIT_LEN;
-#if UNROLL == 1
-    // Rolled (see UNROLL): one copy of acc_add in the code, not 4 or 8.
+#if UNROLL == 1 || defined(DTYPE_F64)
+    // Rolled (see UNROLL): one copy of acc_add in the code, not 4 or 8 (FLOAT64: a unit holds two).
     for (uint k = 0u; k < UNIT_LEN; k++) acc_add(acc, unit_elem(w, k), i + k);
 #elif defined(DTYPE_F32)
     acc_add4(acc, uintBitsToFloat(w), i);
@@ -302,7 +345,9 @@ void write_unit(Span s, uint u, PREP_T p) {
 #else
     uvec4 w = in_units[s.first_unit + u];
 #endif
-#if UNROLL == 1
+#if defined(DTYPE_F64)
+    out_units[s.first_unit + u] = uvec4(unpackDouble2x32(result(unit_elem(w, 0u), i, p)), unpackDouble2x32(result(unit_elem(w, 1u), i + 1u, p)));
+#elif UNROLL == 1
     uvec4 o = uvec4(0u);
     for (uint k = 0u; k < UNIT_LEN; k++) {
         float y = result(unit_elem(w, k), i + k, p);
@@ -338,9 +383,9 @@ void write_row(uint row, uint lane, uint lanes, PREP_T p) {
     for (uint q = lane; q < s.head + s.tail; q += lanes) {
         uint i = loose_index(s, q);
 #ifdef RESULT_IGNORES_INPUT
-        float x = 0.0;
+        REAL_T x = 0.0;
 #else
-        float x = load_elem(s.base + i);
+        REAL_T x = load_elem(s.base + i);
 #endif
         store_elem(s.base + i, result(x, i, p));
     }
@@ -391,9 +436,9 @@ void accumulate(uint row, uint lane, uint lanes, inout ACC_T acc) {
 void write_elem(uvec2 base, uint i, PREP_T p) {
     uvec2 off = base + elem_offsets(i);
 #ifdef RESULT_IGNORES_INPUT
-    float x = 0.0;
+    REAL_T x = 0.0;
 #else
-    float x = load_elem(off.x);
+    REAL_T x = load_elem(off.x);
 #endif
     store_elem(off.y, result(x, i, p));
 }
@@ -425,7 +470,8 @@ STATE_T butterfly(STATE_T st, uint lanes) {
 
 // One state per subgroup: a subgroup has at least one invocation (Vulkan allows subgroups of 1), so a
 // workgroup has at most gl_WorkGroupSize.x of them. 16 bytes per invocation: 16 KiB, the spec's minimum
-// maxComputeSharedMemorySize, at 1,024 (the engine keeps the workgroup within the device's limits).
+// maxComputeSharedMemorySize, at 1,024 (the engine keeps the workgroup within the device's limits);
+// FLOAT64's states take twice that (32 KiB at 1,024; 8 KiB at the default 256).
 shared STATE_T partial[2][gl_WorkGroupSize.x];
 
 void rows_per_workgroup() {

@@ -4,11 +4,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..descriptors import IMPLEMENTED_LEVEL
-from ..descriptors.datatypes import NO_KERNEL
 from ..operators import OPERATORS, OperatorDesc, short_name
 
 
-def operator_entry(op: type[OperatorDesc]) -> dict[str, Any]:
+def operator_entry(op: type[OperatorDesc], features: frozenset[str] | None = None) -> dict[str, Any]:
+    """One operator's entry; ``features``: the device features its kernels use (None before the device
+    is known: every accepted type counts as served)."""
+    served = op.served_types(features) if features is not None else {t: t.info.shader for t in op.accepted_types()}
     fields = []
     for name, f in op.model_fields.items():   # DirectML's field order
         if name not in op.param_fields() and name not in op.length_fields:
@@ -38,18 +40,18 @@ def operator_entry(op: type[OperatorDesc]) -> dict[str, Any]:
             }
             for step in op.support.steps
         ],
-        "data_types_on_device": sorted(
-            t.value for t in op.support.at(IMPLEMENTED_LEVEL).data_types if t.info.shader  # type: ignore[union-attr]
-        ),
-        # accepted (ONNX's types beyond DirectML's) but with no kernel on this build, and why
+        # every accepted type (DirectML's at the implemented level, and ONNX's beyond) this device runs
+        "data_types_on_device": sorted(t.value for t, define in served.items() if define),
+        # the accepted types with no kernel on this device, and the device feature that it lacks
         "data_types_without_kernel": [
-            {"data_type": t.value, "reason": NO_KERNEL} for t in sorted(op.accepted_types(), key=lambda t: t.value) if not t.info.shader
+            {"data_type": t.value, "missing_feature": t.info.feature, "reason": t.info.missing()}
+            for t, define in sorted(served.items(), key=lambda kv: kv[0].value) if not define
         ],
     }
 
 
-def catalog() -> dict[str, Any]:
+def catalog(features: frozenset[str] | None = None) -> dict[str, Any]:
     return {
         "feature_level": IMPLEMENTED_LEVEL.value,
-        "operators": [operator_entry(op) for op in OPERATORS.values()],
+        "operators": [operator_entry(op, features) for op in OPERATORS.values()],
     }

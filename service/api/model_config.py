@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, short_name
 from .runtime import Runtime
-from .v2_models import config, metadata
+from .v2_models import config, kernel_features, metadata
 
 HONOURED = ("max_batch_size", "dynamic_batching")
 
@@ -45,13 +45,18 @@ def batching(state: Runtime, op: type[OperatorDesc]) -> Batching:
     return Batching(most, True) if batches(op) and most > 1 else Batching(0, False)
 
 
+def features(state: Runtime) -> frozenset[str] | None:
+    """The device features the kernels use (None until the device worker has reported)."""
+    return kernel_features(state.worker.info) if state.worker is not None else None
+
+
 def model_metadata(state: Runtime, op: type[OperatorDesc]) -> dict[str, Any]:
-    return metadata(op, batching(state, op).max_batch_size)
+    return metadata(op, batching(state, op).max_batch_size, features(state))
 
 
 def model_config(state: Runtime, op: type[OperatorDesc]) -> dict[str, Any]:
     chosen = batching(state, op)
-    return config(op, chosen.max_batch_size, chosen.dynamic)
+    return config(op, chosen.max_batch_size, chosen.dynamic, features(state))
 
 
 def load(state: Runtime, op: type[OperatorDesc], text: str | None) -> None:

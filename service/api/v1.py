@@ -21,12 +21,13 @@ from client.codec import (
 )
 
 from ..config import Settings
-from ..descriptors import IMPLEMENTED_LEVEL, TensorDesc
+from ..descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
 from ..descriptors import FeatureLevel as Level
 from ..errors import DescriptorError, NotReady
-from ..operators import OperatorDesc, descriptor_error, parse_operator
+from ..operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
 from ..worker import DeviceWorker, pickled
 from .catalog import catalog
+from .v2_models import kernel_features
 from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
 from .header_cache import HeaderCache
 from .json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
@@ -211,8 +212,8 @@ def _head(op: OperatorDesc, output: Any) -> dict[str, Any]:
 
 
 @router.get("/operators", summary="The operator catalog")
-async def operators() -> dict[str, Any]:
-    return catalog()
+async def operators(worker: WorkerDep) -> dict[str, Any]:
+    return catalog(kernel_features(worker.info))
 
 
 @router.get("/device", summary="The Vulkan device in use and its limits")
@@ -239,9 +240,26 @@ async def device(worker: WorkerDep, settings: SettingsDep) -> dict[str, Any]:
         "memory": info["memory"],
         "workgroup_size": info["local_size"],
         "feature_level": IMPLEMENTED_LEVEL.value,
+        # the device features the patched kp enabled, and those the kernels use (VKACT_NATIVE_64BIT)
+        "features": {"enabled": info.get("features_enabled", []), "used_by_kernels": info.get("kernel_features", []),
+                     "reported": dev.get("features", [])},
+        "data_types_64bit": _data_types(kernel_features(info)),
         "queue_size": settings.queue_size,
         "max_batch": worker.max_batch,
         "worker_restarts": worker.restarts,
         "pinned_cpu": info.get("pinned_cpu"),  # the event loop's and the job thread's CPU (VKACT_PIN_CPU)
         "small_dispatch_engine": info.get("small_dispatch_engine", False),  # llvmpipe: one-workgroup dispatches without its compute pool
     }
+
+
+def _data_types(features: frozenset[str] | None) -> dict[str, Any]:
+    """Per 64-bit data type: whether this device runs its native kernels, the feature they need, and
+    the operators served by their emulated kernels there (the others refuse the type with a 422)."""
+    out: dict[str, Any] = {}
+    for t in DataType:
+        if t.info.feature is None:
+            continue
+        native = features is not None and t.info.feature in features
+        emulated = [] if native else [op.type_name() for op in OPERATORS.values() if t in op.emulated_types & op.accepted_types()]
+        out[t.value] = {"native": native, "needs_feature": t.info.feature, "emulated_for": emulated}
+    return out

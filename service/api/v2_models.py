@@ -15,8 +15,7 @@ from .metrics import MODEL_VERSION
 
 PLATFORM = "vkact_directml"
 
-#: The protocol's tensor data types that name a DML_TENSOR_DATA_TYPE. INT64, UINT64 and FP64 are here
-#: because the descriptor layer accepts them for some operators (and then says there is no kernel).
+#: The protocol's tensor data types that name a DML_TENSOR_DATA_TYPE.
 V2_TO_DML: dict[str, DataType] = {
     "FP32": DataType.FLOAT32,
     "FP16": DataType.FLOAT16,
@@ -47,9 +46,10 @@ def param_fields(op: type[OperatorDesc]) -> tuple[str, ...]:
     return fields() if fields is not None else op.scalar_fields()
 
 
-def datatypes(op: type[OperatorDesc]) -> list[str]:
-    """The protocol's names of the data types this operator runs on the device, FP32 first."""
-    have = {t for t in op.accepted_types() if t.info.shader is not None}
+def datatypes(op: type[OperatorDesc], features: frozenset[str] | None = None) -> list[str]:
+    """The protocol's names of the data types this operator accepts, FP32 first; given the device's
+    kernel features (``kernel_features``), only those it runs there."""
+    have = op.accepted_types() if features is None else {t for t, v in op.served_types(features).items() if v}
     return [v2 for v2, dml in V2_TO_DML.items() if dml in have]
 
 
@@ -63,6 +63,17 @@ def oip_names(message: str) -> str:
             return match[0]
 
     return _DML_NAME.sub(name, message)
+
+
+def refused(op: type[OperatorDesc], features: frozenset[str]) -> dict[str, str]:
+    """The accepted data types that this device has no kernel of ``op`` for: protocol name -> the
+    device feature that it lacks."""
+    return {DML_TO_V2[t]: t.info.feature or "" for t, v in op.served_types(features).items() if v is None}
+
+
+def kernel_features(info: dict[str, Any] | None) -> frozenset[str] | None:
+    """The device features the kernels use, from the device worker's ready report (None before it)."""
+    return None if info is None else frozenset(info.get("kernel_features", ()))
 
 
 def find_model(name: str, version: str | None = None) -> type[OperatorDesc]:
@@ -93,15 +104,20 @@ def _defaults(op: type[OperatorDesc]) -> dict[str, Any]:
     return {**out, "required": ",".join(required)} if required else out
 
 
-def served(op: type[OperatorDesc]) -> dict[str, str]:
-    """What a tensor's one datatype and shape cannot say: every data type the model runs on the device,
-    FP32 first, and the dimension counts it takes (any shape of those ranks)."""
+def served(op: type[OperatorDesc], features: frozenset[str] | None = None) -> dict[str, str]:
+    """What a tensor's one datatype and shape cannot say: every data type the model runs on the device
+    (every one it accepts until the device is known), FP32 first, ``datatypes_refused`` the accepted
+    ones without a kernel here, each with the device feature it lacks, and the dimension counts it
+    takes (any shape of those ranks)."""
     support = op.support.at(IMPLEMENTED_LEVEL)
     assert support is not None
-    return {"datatypes": ",".join(datatypes(op)), "dimension_counts": f"{support.min_dims}-{support.max_dims}"}
+    without = refused(op, features) if features is not None else {}
+    extra = {"datatypes_refused": ",".join(f"{t} ({need})" for t, need in without.items())} if without else {}
+    return {"datatypes": ",".join(datatypes(op, features)), **extra,
+            "dimension_counts": f"{support.min_dims}-{support.max_dims}"}
 
 
-def metadata(op: type[OperatorDesc], max_batch_size: int) -> dict[str, Any]:
+def metadata(op: type[OperatorDesc], max_batch_size: int, features: frozenset[str] | None = None) -> dict[str, Any]:
     """$metadata_model_response. The tensors show FP32, the default, and one variable dimension (a
     batched model's leading one too, as Triton shows it); ``parameters`` says what they cannot (see
     ``served``), then the operator's fields with their defaults. gRPC's metadata has no parameters:
@@ -114,11 +130,12 @@ def metadata(op: type[OperatorDesc], max_batch_size: int) -> dict[str, Any]:
         "platform": PLATFORM,
         "inputs": [{"name": name, "datatype": first, "shape": shape} for name in op.input_fields],
         "outputs": [{"name": op.output_field, "datatype": first, "shape": shape}],
-        "parameters": {**served(op), **_defaults(op)},
+        "parameters": {**served(op, features), **_defaults(op)},
     }
 
 
-def config(op: type[OperatorDesc], max_batch_size: int, dynamic_batching: bool) -> dict[str, Any]:
+def config(op: type[OperatorDesc], max_batch_size: int, dynamic_batching: bool,
+           features: frozenset[str] | None = None) -> dict[str, Any]:
     """A Triton model configuration, as perf_analyzer and Triton tooling read it: the batching the
     device worker applies to this model (model_config), variable dimensions, and in ``parameters``
     the data types and dimension counts served and the operator's defaults."""
@@ -131,7 +148,7 @@ def config(op: type[OperatorDesc], max_batch_size: int, dynamic_batching: bool) 
         "version_policy": {"specific": {"versions": [int(MODEL_VERSION)]}},
         "input": [{"name": name, "data_type": first, "format": "FORMAT_NONE", "dims": VARIABLE_SHAPE} for name in op.input_fields],
         "output": [{"name": op.output_field, "data_type": first, "dims": VARIABLE_SHAPE}],
-        "parameters": {name: {"string_value": str(value)} for name, value in {**served(op), **_defaults(op)}.items()},
+        "parameters": {name: {"string_value": str(value)} for name, value in {**served(op, features), **_defaults(op)}.items()},
     }
     if dynamic_batching:  # it never waits: what queued while the device was busy runs together
         out["dynamic_batching"] = {"max_queue_delay_microseconds": 0}

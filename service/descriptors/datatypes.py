@@ -47,11 +47,26 @@ class DataTypeInfo:
     dml_value: int        # the enum's value in DirectML.h
     numpy: np.dtype
     size: int             # bytes per element
-    shader: str | None    # the DTYPE_* define of the shader variant; None: no kernel (see NO_KERNEL)
+    shader: str           # the DTYPE_* define of the (native) shader variant (glsl/common/dtype.glsl)
+    feature: str | None = None   # the VkPhysicalDeviceFeatures member the native variant needs
+    emulated: str | None = None  # the DTYPE_* define of the variant that needs no feature (32-bit words)
 
     @property
     def is_integer(self) -> bool:
         return self.numpy.kind in "iu"
+
+    def variant(self, features: frozenset[str], emulated: bool) -> str | None:
+        """The shader variant for a device whose kernels may use ``features`` (enabled and allowed,
+        see Engine.kernel_features), given whether the operator's shader has the emulated variant;
+        None: no kernel on this device (``missing`` says why)."""
+        if self.feature is None or self.feature in features:
+            return self.shader
+        return self.emulated if emulated else None
+
+    def missing(self) -> str:
+        """Why a device without ``feature`` has no kernel of this type for an operator without the
+        emulated variant."""
+        return f"{self.numpy.name} arithmetic in a shader needs the Vulkan device feature {self.feature}, which this device does not report (or VKACT_NATIVE_64BIT=0 turned off)"
 
 
 _INFO: dict[DataType, DataTypeInfo] = {
@@ -63,12 +78,11 @@ _INFO: dict[DataType, DataTypeInfo] = {
     DataType.INT32: DataTypeInfo(6, np.dtype("<i4"), 4, "I32"),
     DataType.INT16: DataTypeInfo(7, np.dtype("<i2"), 2, "I16"),
     DataType.INT8: DataTypeInfo(8, np.dtype("i1"), 1, "I8"),
-    DataType.FLOAT64: DataTypeInfo(9, np.dtype("<f8"), 8, None),
-    DataType.UINT64: DataTypeInfo(10, np.dtype("<u8"), 8, None),
-    DataType.INT64: DataTypeInfo(11, np.dtype("<i8"), 8, None),
+    DataType.FLOAT64: DataTypeInfo(9, np.dtype("<f8"), 8, "F64", "shaderFloat64", "F64_EMU"),
+    DataType.UINT64: DataTypeInfo(10, np.dtype("<u8"), 8, "U64", "shaderInt64", "U64_EMU"),
+    DataType.INT64: DataTypeInfo(11, np.dtype("<i8"), 8, "I64", "shaderInt64", "I64_EMU"),
 }
 
-
-#: Why a type has no kernel: 64-bit arithmetic in a shader needs the shaderInt64 / shaderFloat64
-#: device features, and Kompute 0.9 enables no device feature when it creates the device.
-NO_KERNEL = "64-bit shader arithmetic needs the shaderInt64/shaderFloat64 device features, which Kompute 0.9 does not enable"
+#: The device features that vkact's kernels use where the device reports them (the patched kp enables
+#: exactly these, scripts/build-kp.sh): the native 64-bit variants.
+KERNEL_FEATURES = ("shaderFloat64", "shaderInt64")

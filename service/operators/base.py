@@ -14,10 +14,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport, packed_strides
-from ..descriptors.datatypes import NO_KERNEL
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
 from .numerics import flush_subnormal
 from ..errors import DescriptorError, UnsupportedOnDevice
+
+#: The FLOAT64 that the float operators accept beyond DirectML (ONNX defines double for them).
+FLOAT64_ONLY = frozenset({DataType.FLOAT64})
 
 #: A scalar parameter: DirectML's FLOAT, which must be a finite number here.
 Scalar = Annotated[float, Field(allow_inf_nan=False)]
@@ -95,9 +97,16 @@ class OperatorDesc(BaseModel):
         (CELU's sign of Alpha) overrides it, which beats a branch that lavapipe would run both ways."""
         return self.shader
 
-    def shader_params(self) -> tuple[float, ...]:
-        """The kernel's PARAM(0..5): the scalar fields in order, unless the shader wants derived values."""
-        return self.scalars()
+    def shader_params(self) -> tuple:
+        """The kernel's PARAM(0..5): the scalar fields in order, unless the shader wants derived values;
+        FLOAT64 kernels get them as doubles (float64_params)."""
+        return self.float64_params() if self.data_type is DataType.FLOAT64 else self.scalars()
+
+    def float64_params(self) -> tuple[np.float64, ...]:
+        """A FLOAT64 kernel's PARAM_F64(0), PARAM_F64(2), ...: the scalar fields in order as doubles, of
+        the float32 values that DirectML's FLOAT (and ONNX's float attributes) give them, which is
+        what the reference computes with (``reference``)."""
+        return tuple(np.float64(flush_subnormal(v)) for v in self.scalars())
 
     def formula(self, *xs: np.ndarray) -> np.ndarray:
         """The operator's maths on float64 arrays (the test oracle)."""
@@ -138,18 +147,34 @@ class OperatorDesc(BaseModel):
         if dtype not in accepted:
             allowed = ", ".join(sorted(t.value for t in accepted))
             raise DescriptorError(f"{first_name}.DataType", f"{self.type_name()} does not support {dtype.value}; it supports {allowed}")
-        if dtype.info.shader is None:
-            raise DescriptorError(f"{first_name}.DataType", f"{self.type_name()} accepts {dtype.value}, but vkact has no kernel for it: {NO_KERNEL}")
         if self.output.overlaps():
             raise DescriptorError(f"{self.output_field}.Strides", "output strides make two elements share one position")
         return self
 
     extra_types: ClassVar[frozenset[DataType]] = frozenset()  # accepted beyond DirectML (ONNX's types)
+    # The 64-bit types whose emulated variant (DTYPE_*_EMU, 32-bit words) its shader has: served on a
+    # device without the native variant's feature (datatypes.py DataTypeInfo.variant).
+    emulated_types: ClassVar[frozenset[DataType]] = frozenset()
 
     @classmethod
     def accepted_types(cls) -> frozenset[DataType]:
         step = cls.support.at(IMPLEMENTED_LEVEL)
         return (step.data_types if step else frozenset()) | cls.extra_types
+
+    @classmethod
+    def served_types(cls, features: frozenset[str]) -> dict[DataType, str | None]:
+        """Each accepted type's shader variant (DTYPE_* define) on a device whose kernels may use
+        ``features``, or None where it has none there (DataTypeInfo.missing says why)."""
+        return {t: t.info.variant(features, t in cls.emulated_types) for t in sorted(cls.accepted_types(), key=lambda t: t.info.dml_value)}
+
+    def shader_dtype(self, features: frozenset[str]) -> str:
+        """The DTYPE_* define of the variant this descriptor runs; UnsupportedOnDevice (422) naming the
+        missing device feature where the device has none."""
+        info = self.data_type.info
+        define = info.variant(features, self.data_type in self.emulated_types)
+        if define is None:
+            raise UnsupportedOnDevice(f"{self.type_name()} in {self.data_type.value}: {info.missing()}", f"{self.input_fields[0]}.DataType")
+        return define
 
     def check_execution(self, in_place: bool, max_tensor_bytes: int) -> None:
         """The rules of one execution on one device: buffer sizes within the device's binding limit,

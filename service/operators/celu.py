@@ -3,8 +3,9 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import field_validator
 
+from ..descriptors import DataType
 from ..descriptors.feature_levels import FeatureLevel, modern_float
-from .base import ActivationDesc, Scalar
+from .base import FLOAT64_ONLY, ActivationDesc, Scalar
 from .numerics import divisor, f32, split
 
 
@@ -17,6 +18,7 @@ class Celu(ActivationDesc):
     shader: ClassVar[str] = "celu"
     kernels: ClassVar[tuple[str, ...]] = ("celu", "celu_negative_alpha")
     support: ClassVar = modern_float(FeatureLevel.FL_3_0)
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1))"
 
     @field_validator("Alpha")
@@ -28,6 +30,8 @@ class Celu(ActivationDesc):
         return "celu" if self.Alpha > 0 else "celu_negative_alpha"
 
     def shader_params(self) -> tuple[float, ...]:
+        if self.data_type is DataType.FLOAT64:
+            return self.float64_params()
         alpha = f32(self.Alpha)
         return (alpha, 1.0 / alpha, *split(alpha))
 

@@ -3,7 +3,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ..descriptors.feature_levels import legacy_float
-from .base import ActivationDesc, Scalar
+from .base import FLOAT64_ONLY, ActivationDesc, Scalar
 
 
 class Elu(ActivationDesc):
@@ -14,6 +14,7 @@ class Elu(ActivationDesc):
 
     shader: ClassVar[str] = "elu"
     support: ClassVar = legacy_float()
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "x if x >= 0, else Alpha * (exp(x) - 1)"
 
     def formula(self, x: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ..descriptors.feature_levels import FeatureLevel, modern_float
-from .base import ActivationDesc
+from .base import FLOAT64_ONLY, ActivationDesc
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 
@@ -19,6 +19,7 @@ class Gelu(ActivationDesc):
 
     shader: ClassVar[str] = "gelu"
     support: ClassVar = modern_float(FeatureLevel.FL_5_1)
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "0.5 * x * (1 + erf(x / sqrt(2)))"
 
     def formula(self, x: np.ndarray) -> np.ndarray:

@@ -2,6 +2,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from ..descriptors import DataType
 from .reduction import AxesReduction, LastAxisReduction, hardmax
 
 
@@ -13,6 +14,7 @@ class Hardmax(LastAxisReduction):
     Type: Literal["DML_OPERATOR_ACTIVATION_HARDMAX"] = "DML_OPERATOR_ACTIVATION_HARDMAX"
 
     shader: ClassVar[str] = "hardmax"
+    extra_types: ClassVar = frozenset({DataType.FLOAT64})   # ONNX's double; native only (shaderFloat64)
     formula_text: ClassVar[str] = "1 at the first maximum along the last dimension, else 0"
 
     def formula(self, x: np.ndarray) -> np.ndarray:
@@ -27,6 +29,7 @@ class Hardmax1(AxesReduction):
     Type: Literal["DML_OPERATOR_ACTIVATION_HARDMAX1"] = "DML_OPERATOR_ACTIVATION_HARDMAX1"
 
     shader: ClassVar[str] = "hardmax"
+    extra_types: ClassVar = frozenset({DataType.FLOAT64})
     formula_text: ClassVar[str] = "1 at the first maximum over Axes, else 0"
 
     def formula(self, x: np.ndarray) -> np.ndarray:

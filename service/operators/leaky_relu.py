@@ -3,7 +3,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ..descriptors.feature_levels import legacy_float
-from .base import ActivationDesc, Scalar
+from .base import FLOAT64_ONLY, ActivationDesc, Scalar
 
 
 class LeakyRelu(ActivationDesc):
@@ -14,6 +14,7 @@ class LeakyRelu(ActivationDesc):
 
     shader: ClassVar[str] = "leaky_relu"
     support: ClassVar = legacy_float()
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "x if x >= 0, else Alpha * x"
 
     def formula(self, x: np.ndarray) -> np.ndarray:

@@ -2,8 +2,9 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from ..descriptors import DataType
 from ..descriptors.feature_levels import legacy_float
-from .base import ActivationDesc, Scalar
+from .base import FLOAT64_ONLY, ActivationDesc, Scalar
 from .numerics import f32, softplus_params
 
 
@@ -20,9 +21,12 @@ class ParametricSoftplus(ActivationDesc):
 
     shader: ClassVar[str] = "parametric_softplus"
     support: ClassVar = legacy_float()
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "Alpha * log(1 + exp(Beta * x))"
 
     def shader_params(self) -> tuple[float, ...]:
+        if self.data_type is DataType.FLOAT64:
+            return self.float64_params()
         return softplus_params(self.Beta, f32(self.Alpha), f32(self.Alpha) * f32(self.Beta))
 
     def formula(self, x: np.ndarray) -> np.ndarray:

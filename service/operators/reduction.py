@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from ..descriptors.feature_levels import FeatureLevel, legacy_float, modern_float
 from ..descriptors.tensor import UINT32
 from ..errors import DescriptorError
-from .base import ActivationDesc
+from .base import FLOAT64_ONLY, ActivationDesc
 
 # -- the float64 references ----------------------------------------------------------------------
 
@@ -64,6 +64,7 @@ class ReductionDesc(ActivationDesc):
 
     kind: ClassVar[str] = "reduction"
     in_place: ClassVar[bool] = False
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/reduction_f64.glsl)
 
     def reduced_axes(self) -> tuple[int, ...]:
         """The reduced dimensions, increasing (LastAxisReduction and the Axes operators define it)."""

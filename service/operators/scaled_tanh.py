@@ -3,7 +3,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ..descriptors.feature_levels import legacy_float
-from .base import ActivationDesc, Scalar
+from .base import FLOAT64_ONLY, ActivationDesc, Scalar
 
 
 class ScaledTanh(ActivationDesc):
@@ -19,6 +19,7 @@ class ScaledTanh(ActivationDesc):
 
     shader: ClassVar[str] = "scaled_tanh"
     support: ClassVar = legacy_float()
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "Alpha * tanh(Beta * x)"
 
     def formula(self, x: np.ndarray) -> np.ndarray:

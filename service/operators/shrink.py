@@ -7,7 +7,7 @@ import numpy as np
 from ..descriptors import DataType
 from ..descriptors.feature_levels import INTEGERS_SIGNED, INTEGERS_UNSIGNED, FeatureLevel, legacy_float, with_types
 from .base import ActivationDesc, Scalar
-from .numerics import f32
+from .numerics import f32, flush_subnormal
 
 
 class Shrink(ActivationDesc):
@@ -23,7 +23,9 @@ class Shrink(ActivationDesc):
     -> -2 -> 254). ONNX's reference rounds x -/+ Bias to float64 before truncating, and ONNX Runtime to
     float32; vkact does not round, which differs from them only when Bias has a fractional part below
     about 2^-20 of x (x - 2^-52 is x - 1 here, x there). INT64, UINT64 and FLOAT64, which ONNX
-    also allows, are accepted but have no kernel (see NO_KERNEL): a request gets a 422.
+    also allows, run natively where the device has shaderInt64/shaderFloat64 and emulated in 32-bit
+    words elsewhere (glsl/common/emu64.glsl): the same exact results. FLOAT64 computes with Bias and
+    Threshold as the float32 values that DirectML's FLOAT gives (as ONNX's float attributes do).
     """
 
     Type: Literal["DML_OPERATOR_ACTIVATION_SHRINK"] = "DML_OPERATOR_ACTIVATION_SHRINK"
@@ -33,6 +35,7 @@ class Shrink(ActivationDesc):
     shader: ClassVar[str] = "shrink"
     support: ClassVar = with_types(legacy_float(FeatureLevel.FL_2_0), FeatureLevel.FL_5_1, INTEGERS_SIGNED | INTEGERS_UNSIGNED)
     extra_types: ClassVar = frozenset({DataType.INT64, DataType.UINT64, DataType.FLOAT64})
+    emulated_types: ClassVar = frozenset({DataType.INT64, DataType.UINT64, DataType.FLOAT64})
     formula_text: ClassVar[str] = "x + Bias if x < -Threshold; x - Bias if x > Threshold; else 0"
 
     def formula(self, x: np.ndarray) -> np.ndarray:
@@ -52,9 +55,12 @@ class Shrink(ActivationDesc):
         return np.array([one(int(v)) for v in x.reshape(-1)], np.uint64).astype(x.dtype).reshape(x.shape)
 
     def shader_params(self) -> tuple:
-        if not self.data_type.info.is_integer:
+        dtype = self.data_type.info
+        if not dtype.is_integer:
+            if dtype.size == 8:  # PARAM_F64(0), PARAM_F64(2)
+                return tuple(np.float64(flush_subnormal(v)) for v in self.scalars())
             return self.scalars()
-        info = np.iinfo(self.data_type.info.numpy)
+        info = np.iinfo(dtype.numpy)
         threshold, bias = float(np.float32(self.Threshold)), float(np.float32(self.Bias))
         low, high = math.ceil(-threshold) - 1, math.floor(threshold) + 1   # x < -T <=> x <= low; x > T <=> x >= high
         flags = (low >= info.max) | (low < info.min) << 1 | (high <= info.min) << 2 | (high > info.max) << 3
@@ -64,4 +70,6 @@ class Shrink(ActivationDesc):
             cf = c - ci
             words.append(ci)
             words[2] |= (1 if cf > 0 else 2 if cf < 0 else 0) << shift
+        if dtype.size == 8:  # PARAM_U64(0, 2, 4, 6): low, high, ci of each branch; PARAM_UINT(8): flags
+            return (*(np.uint64(w & 0xFFFFFFFFFFFFFFFF) for w in (words[0], words[1], words[3], words[4])), words[2])
         return tuple(w & 0xFFFFFFFF for w in (words[0], words[1], words[2], words[3], words[4]))

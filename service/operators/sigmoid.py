@@ -3,7 +3,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ..descriptors.feature_levels import legacy_float
-from .base import ActivationDesc
+from .base import FLOAT64_ONLY, ActivationDesc
 
 
 class Sigmoid(ActivationDesc):
@@ -13,6 +13,7 @@ class Sigmoid(ActivationDesc):
 
     shader: ClassVar[str] = "sigmoid"
     support: ClassVar = legacy_float()
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "1 / (1 + exp(-x))"
 
     def formula(self, x: np.ndarray) -> np.ndarray:

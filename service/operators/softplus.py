@@ -3,9 +3,10 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import field_validator
 
+from ..descriptors import DataType
 from ..descriptors.feature_levels import FeatureLevel, legacy_float
 from ..errors import DescriptorError
-from .base import ActivationDesc, Scalar
+from .base import FLOAT64_ONLY, ActivationDesc, Scalar
 from .numerics import divisor, f32, softplus_params
 
 
@@ -21,6 +22,7 @@ class Softplus(ActivationDesc):
 
     shader: ClassVar[str] = "softplus"
     support: ClassVar = legacy_float()
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "log(1 + exp(Steepness * x)) / Steepness"
 
     @field_validator("Steepness")
@@ -36,6 +38,8 @@ class Softplus(ActivationDesc):
             )
 
     def shader_params(self) -> tuple[float, ...]:
+        if self.data_type is DataType.FLOAT64:
+            return self.float64_params()
         s = f32(self.Steepness)
         return softplus_params(s, 1.0 / s, 1.0)
 

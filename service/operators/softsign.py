@@ -3,7 +3,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ..descriptors.feature_levels import legacy_float
-from .base import ActivationDesc
+from .base import FLOAT64_ONLY, ActivationDesc
 
 
 class Softsign(ActivationDesc):
@@ -13,6 +13,7 @@ class Softsign(ActivationDesc):
 
     shader: ClassVar[str] = "softsign"
     support: ClassVar = legacy_float()
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "x / (1 + |x|)"
 
     def formula(self, x: np.ndarray) -> np.ndarray:

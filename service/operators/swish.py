@@ -2,8 +2,9 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from ..descriptors import DataType
 from ..descriptors.feature_levels import FeatureLevel, modern_float
-from .base import ActivationDesc, Scalar
+from .base import FLOAT64_ONLY, ActivationDesc, Scalar
 from .numerics import scale_params
 from .sigmoid import sigmoid
 
@@ -21,10 +22,13 @@ class Swish(ActivationDesc):
 
     shader: ClassVar[str] = "swish"
     support: ClassVar = modern_float(FeatureLevel.FL_6_2)
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     in_place: ClassVar[bool] = False
     formula_text: ClassVar[str] = "x * sigmoid(SigmoidInputScale * x)"
 
     def shader_params(self) -> tuple[float, ...]:
+        if self.data_type is DataType.FLOAT64:
+            return self.float64_params()
         return scale_params(self.SigmoidInputScale)
 
     def formula(self, x: np.ndarray) -> np.ndarray:

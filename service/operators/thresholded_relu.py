@@ -3,7 +3,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from ..descriptors.feature_levels import legacy_float
-from .base import ActivationDesc, Scalar
+from .base import FLOAT64_ONLY, ActivationDesc, Scalar
 
 
 class ThresholdedRelu(ActivationDesc):
@@ -17,6 +17,7 @@ class ThresholdedRelu(ActivationDesc):
 
     shader: ClassVar[str] = "thresholded_relu"
     support: ClassVar = legacy_float()
+    extra_types: ClassVar = FLOAT64_ONLY  # beyond DirectML: ONNX's double (glsl/common/f64math.glsl)
     formula_text: ClassVar[str] = "x if x > Alpha, else 0"
 
     def formula(self, x: np.ndarray) -> np.ndarray:

@@ -13,7 +13,8 @@ from service.operators import OperatorDesc
 
 from .onnx_map import ONNX, OnnxCounterpart
 
-_ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
+_ELEM = {np.dtype(t): helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in (
+    np.float32, np.float16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)}
 
 
 def model_for(op: OperatorDesc, dtype: np.dtype, shapes: list[tuple[int, ...]]) -> onnx.ModelProto:

@@ -61,7 +61,7 @@ def shrink(**fields) -> dict:
         (shrink(InputTensor=tensor(np.float32, (2, 3), GuaranteedBaseOffsetAlignment=3)), "InputTensor.GuaranteedBaseOffsetAlignment", "power of two"),
         (shrink(InputTensor={"DataType": "DML_TENSOR_DATA_TYPE_BFLOAT16", "Sizes": [2]}), "InputTensor.DataType", "Input should be"),
         ({"Type": "DML_OPERATOR_ACTIVATION_SOFTSIGN", "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_INT32", "Sizes": [2]}}, "InputTensor.DataType", "does not support"),
-        (shrink(InputTensor={"DataType": "DML_TENSOR_DATA_TYPE_INT64", "Sizes": [2]}), "InputTensor.DataType", "no kernel"),
+        ({"Type": "DML_OPERATOR_ACTIVATION_CELU", "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_INT64", "Sizes": [2]}}, "InputTensor.DataType", "does not support"),
         (shrink(OutputTensor=tensor(np.float32, (2, 3), (1, 1))), "OutputTensor.Strides", "share one position"),
         (shrink(Threshold=float("nan")), "Threshold", "finite"),
         (shrink(Bias="a lot"), "Bias", "valid number"),

@@ -45,7 +45,7 @@ JSON_CASES = {
     "byte size too small": (body(shrink(InputTensor=tensor(np.float32, (6,), TotalTensorSizeInBytes=8))), 422, "Operator.InputTensor.TotalTensorSizeInBytes"),
     "mismatched data types": (body(shrink(OutputTensor=tensor(np.float16, (6,)))), 422, "Operator.OutputTensor.DataType"),
     "unsupported data type": (body({"Type": "DML_OPERATOR_ACTIVATION_SOFTSIGN", "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_UINT8", "Sizes": [6]}}), 422, "Operator.InputTensor.DataType"),
-    "type without a kernel": (body(shrink(InputTensor={"DataType": "DML_TENSOR_DATA_TYPE_INT64", "Sizes": [6]})), 422, "Operator.InputTensor.DataType"),
+    "64-bit type the operator does not take": (body({"Type": "DML_OPERATOR_ACTIVATION_CELU", "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_INT64", "Sizes": [6]}}), 422, "Operator.InputTensor.DataType"),
     "unknown data type": (body(shrink(InputTensor={"DataType": "FLOAT32", "Sizes": [6]})), 422, "Operator.InputTensor.DataType"),
     "NaN parameter": (body(shrink(Bias="NaN")), 422, "Operator.Bias"),
     "too few values": (body(inputs={"InputTensor": [1.0, 2.0]}), 400, "Inputs.InputTensor"),

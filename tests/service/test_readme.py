@@ -64,3 +64,13 @@ def test_configuration_table_names_every_setting():
     named = set(re.findall(r"`(VKACT_[A-Z0-9_]+)`", table))
     wanted = {f"VKACT_{name.upper()}" for name in Settings.model_fields}
     assert wanted == named, (wanted - named, named - wanted)
+
+
+def test_the_data_type_table_is_current():
+    """README's operator/data-type table is what scripts/types_table.py makes of the registry now."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("types_table", Path(__file__).resolve().parents[2] / "scripts" / "types_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert f"{module.BEGIN}\n{module.table()}\n{module.END}" in README, "run: python scripts/types_table.py"
