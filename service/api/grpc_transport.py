@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..inflight import Claim, InflightBudget
 from ..native import h2grpc
-from .v2_encoding import Inflater
+from .v2_encoding import Inflater, in_inflate_thread
 
 log = logging.getLogger("vkact.grpc")
 
@@ -181,7 +181,7 @@ class _Connection(asyncio.Protocol):
         try:
             claim.grow(len(message))
             if encoding is not None:  # inflating up to max_message bytes: off the event loop
-                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message, claim)
+                message = await in_inflate_thread(_decompressed, message, encoding, self.server.max_message, claim)
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
                 if seconds is None:
