@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest, PayloadTooLarge
-from ..inflight import Claim, InflightBudget
+from ..inflight import UNCHARGED_BYTES, Claim, InflightBudget
 from ..native import h2grpc
 from .v2_encoding import Inflater, in_inflate_thread
 
@@ -179,9 +179,12 @@ class _Connection(asyncio.Protocol):
         deadline = None
         claim = self.server.budget.claim()  # the message's bytes, and what they inflate to, while the call runs
         try:
-            claim.grow(len(message))
+            if len(message) > UNCHARGED_BYTES:
+                claim.grow(len(message))
             if encoding is not None:  # inflating up to max_message bytes: off the event loop
+                received = claim.held
                 message = await in_inflate_thread(_decompressed, message, encoding, self.server.max_message, claim)
+                claim.shrink(received)  # the compressed message is gone
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
                 if seconds is None:
@@ -258,8 +261,8 @@ class RpcError(Exception):
 
 def _decompressed(message: bytes, encoding: bytes, limit: int, claim: Claim) -> bytes | memoryview:
     """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
-    ``limit`` bytes within ``claim`` (which holds the compressed bytes, given back once inflated): a small
-    bomb grows past neither the message bound nor the budget of bytes in flight (v2_encoding.Inflater)."""
+    ``limit`` bytes within ``claim``: a small bomb grows past neither the message bound nor the budget
+    of bytes in flight (v2_encoding.Inflater)."""
     if encoding == b"":
         raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
     if encoding not in (b"gzip", b"deflate"):
@@ -271,5 +274,4 @@ def _decompressed(message: bytes, encoding: bytes, limit: int, claim: Claim) -> 
         raise RpcError(INTERNAL, exc.message) from None
     except PayloadTooLarge as exc:
         raise RpcError(RESOURCE_EXHAUSTED, exc.message) from None
-    claim.shrink(len(message))
     return inflater.result()

@@ -25,7 +25,7 @@ MAPPED = 1 << 20
 # once, at most two steps of output are being made, and the loop competes with two threads at most
 # (zlib releases the GIL). Not niced: a thread of lower priority preempted while it holds the GIL keeps
 # the loop waiting (32 bombs at once, nice 10: probes' p50 3 ms but max 1.0-1.3 s; nice 0: 9-13 ms, max
-# 0.5 s; the machine at load 12-16).
+# 0.2-0.9 s; the machine at load 12-16).
 _INFLATE_THREADS = ThreadPoolExecutor(2, thread_name_prefix="vkact-inflate")
 
 
@@ -136,9 +136,8 @@ class Inflater:
 
 async def decode_body(body: memoryview, content_encoding: str | None, limit: int, claim: Claim) -> memoryview:
     """The body with its Content-Encoding (gzip, deflate, identity) undone, at most ``limit`` bytes,
-    within ``claim`` (which holds the compressed body's bytes, given back once it is undone). The first
-    step runs on the event loop (a small body ends there); the rest in a thread (zlib releases the
-    GIL), so a body that inflates to hundreds of megabytes never holds the loop."""
+    within ``claim``. The first step runs on the event loop (a small body ends there); the rest in a
+    thread (zlib releases the GIL), so a body that inflates to hundreds of megabytes never holds the loop."""
     coding = (content_encoding or "identity").strip().lower()
     if coding in ("identity", ""):
         return body
@@ -148,7 +147,6 @@ async def decode_body(body: memoryview, content_encoding: str | None, limit: int
     # a body whose gzip trailer announces more than the limit is inflated only to be counted: all in a thread
     if inflater.out is None or not inflater.step():
         await in_inflate_thread(inflater.rest)
-    claim.shrink(len(body))  # the caller drops the compressed body with this call
     return inflater.result()
 
 

@@ -76,13 +76,15 @@ def http_bombs() -> dict[str, tuple[bytes, str]]:
 
 def send_http_bombs(url: str, count: int, names: list[str]) -> None:
     """In a process of its own (the probing test's GIL stays free): ``count`` bombs at once, of the
-    kinds ``names`` in turn; prints each answer's (kind, status)."""
+    kinds ``names`` in turn, to /v2 and /v1 in turn; prints each answer's (kind, status)."""
     kinds = http_bombs()
+    paths = ("/v2/models/relu/infer", "/v1/execute")
 
     def post(i: int) -> tuple[str, int]:
         body, coding = kinds[names[i % len(names)]]
         with httpx.Client(timeout=300) as client:
-            return names[i % len(names)], client.post(f"{url}/v2/models/relu/infer", content=body, headers={"Content-Encoding": coding}).status_code
+            response = client.post(url + paths[i // len(names) % 2], content=body, headers={"Content-Encoding": coding})
+            return names[i % len(names)], response.status_code
 
     with ThreadPoolExecutor(count) as pool:
         print(json.dumps(list(pool.map(post, range(count)))))
