@@ -65,13 +65,16 @@ class Inflater:
     however many bombs arrive at once. ``noun`` names what is inflated in messages (body, message)."""
 
     STEP = 1 << 20
+    FEED = 1 << 16  # compressed bytes handed to zlib at a time: what it leaves of them is copied each step
 
     def __init__(self, data: memoryview | bytes, coding: str, limit: int, claim: Claim, noun: str = "body") -> None:
         self.data, self.coding, self.limit, self.claim, self.noun = data, coding, limit, claim, noun
         # 'deflate' is a zlib stream (RFC 9110), as tritonclient sends it; some clients send a bare one
         self.wbits = 31 if coding == "gzip" else (15 if data[:1] and data[0] & 0x0F == 8 and int.from_bytes(data[:2], "big") % 31 == 0 else -15)
         self.stream = zlib.decompressobj(self.wbits)
-        self.pending: memoryview | bytes = data
+        self.view = memoryview(data)
+        self.fed = 0                                 # bytes of data handed to zlib
+        self.pending: memoryview | bytes = b""       # what zlib left of them
         # gzip's trailer gives the size (mod 2**32): taken as a first guess, it saves the copies of
         # growing; past the limit, the stream is counted from the start (a valid one is that large)
         size_hint = int.from_bytes(data[-4:], "little") if coding == "gzip" and len(data) >= 18 else 0
@@ -81,11 +84,14 @@ class Inflater:
 
     def step(self) -> bool:
         """Inflate up to STEP bytes more; True once the stream has ended."""
+        if not self.pending:  # fed a slice at a time: zlib copies what it leaves (unconsumed_tail) with the GIL held
+            self.pending = self.view[self.fed : self.fed + self.FEED]
+            self.fed += len(self.pending)
         try:
             chunk = self.stream.decompress(self.pending, self.STEP)
         except zlib.error as exc:
             if self.wbits == 15 and self.filled == 0:  # a bare deflate stream that looked like a zlib header
-                self.wbits, self.stream, self.pending = -15, zlib.decompressobj(-15), self.data
+                self.wbits, self.stream, self.pending, self.fed = -15, zlib.decompressobj(-15), b"", 0
                 return self.step()
             raise InvalidRequest(f"the {self.noun} is not valid {self.coding} data: {exc}", "Content-Encoding") from None
         self.pending = self.stream.unconsumed_tail
@@ -96,14 +102,14 @@ class Inflater:
             self._keep(chunk, end)
         self.filled = end
         if self.stream.eof:
-            if self.stream.unused_data:
+            if self.stream.unused_data or self.fed < len(self.view):
                 raise InvalidRequest(f"the compressed {self.noun} is followed by other bytes", "Content-Encoding")
             if self.out is None:  # valid and within the limit, but counted only: the budget had no room
                 self.claim.grow(self.filled)  # 413 if it never fits, else 503 (Busy)
                 self.claim.shrink(self.filled)
                 raise Busy(f"the memory for requests in flight ({SETTING}) is taken by other requests; retry shortly")
             return True
-        if not self.pending and not chunk:
+        if not self.pending and self.fed == len(self.view) and not chunk:
             raise InvalidRequest(f"the compressed {self.noun} is truncated", "Content-Encoding")
         return False
 
