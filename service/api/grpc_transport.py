@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..inflight import UNCHARGED_BYTES, Claim, InflightBudget
 from ..native import h2grpc
-from .v2_encoding import Inflater, in_inflate_thread
+from .v2_encoding import Inflater, inflated
 
 log = logging.getLogger("vkact.grpc")
 
@@ -181,9 +181,9 @@ class _Connection(asyncio.Protocol):
         try:
             if len(message) > UNCHARGED_BYTES:
                 claim.grow(len(message))
-            if encoding is not None:  # inflating up to max_message bytes: off the event loop
+            if encoding is not None:  # inflating up to max_message bytes, in threads
                 received = claim.held
-                message = await in_inflate_thread(_decompressed, message, encoding, self.server.max_message, claim)
+                message = await _inflated(message, encoding, self.server.max_message, claim)
                 claim.shrink(received)  # the compressed message is gone
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
@@ -259,7 +259,7 @@ class RpcError(Exception):
         self.code, self.message = code, message
 
 
-def _decompressed(message: bytes, encoding: bytes, limit: int, claim: Claim) -> bytes | memoryview:
+async def _inflated(message: bytes, encoding: bytes, limit: int, claim: Claim) -> memoryview:
     """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
     ``limit`` bytes within ``claim``: a small bomb grows past neither the message bound nor the budget
     of bytes in flight (v2_encoding.Inflater)."""
@@ -267,11 +267,9 @@ def _decompressed(message: bytes, encoding: bytes, limit: int, claim: Claim) -> 
         raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
     if encoding not in (b"gzip", b"deflate"):
         raise RpcError(UNIMPLEMENTED, f"grpc-encoding {encoding.decode('latin-1')!r} is not supported (gzip, deflate, identity)")
-    inflater = Inflater(message, encoding.decode(), limit, claim, "request message")
     try:
-        inflater.rest()
+        return await inflated(Inflater(message, encoding.decode(), limit, claim, "request message"), first_on_loop=False)
     except InvalidRequest as exc:
         raise RpcError(INTERNAL, exc.message) from None
     except PayloadTooLarge as exc:
         raise RpcError(RESOURCE_EXHAUSTED, exc.message) from None
-    return inflater.result()

@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import zlib
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
 
 import numpy as np
 
@@ -27,15 +25,11 @@ MAPPED = 1 << 20
 # the loop waiting (32 bombs at once, nice 10: probes' p50 3 ms but max 1.0-1.3 s; nice 0: 9-13 ms, max
 # 0.2-0.9 s; the machine at load 12-16).
 _INFLATE_THREADS = ThreadPoolExecutor(2, thread_name_prefix="vkact-inflate")
+# One more counts the bodies that can only be refused (their gzip trailer announces more than the limit):
+# however many arrive, they take one CPU at most, and a legitimate body never waits behind them.
+_COUNT_THREAD = ThreadPoolExecutor(1, thread_name_prefix="vkact-count")
 
-
-async def in_inflate_thread(work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)`` in one of the inflating threads."""
-    return await asyncio.get_running_loop().run_in_executor(_INFLATE_THREADS, work, *args)
 COMPRESS_LEVEL = 1  # tensors are mostly float mantissas, which barely compress: a higher level costs CPU for little
-
-
-T = TypeVar("T")
 
 
 class UnsupportedEncoding(InvalidRequest):
@@ -149,10 +143,17 @@ async def decode_body(body: memoryview, content_encoding: str | None, limit: int
         return body
     if coding not in ("gzip", "deflate"):
         raise UnsupportedEncoding(f"Content-Encoding {content_encoding!r} is not supported; use gzip or deflate", "Content-Encoding")
-    inflater = Inflater(body, coding, limit, claim)
-    # a body whose gzip trailer announces more than the limit is inflated only to be counted: all in a thread
-    if inflater.out is None or not inflater.step():
-        await in_inflate_thread(inflater.rest)
+    return await inflated(Inflater(body, coding, limit, claim), first_on_loop=True)
+
+
+async def inflated(inflater: Inflater, first_on_loop: bool) -> memoryview:
+    """``inflater``'s output: its first step on the loop if ``first_on_loop``, the rest in the inflating
+    threads; one that can only be refused (counted from the start) all in the counting thread."""
+    loop = asyncio.get_running_loop()
+    if inflater.out is None:
+        await loop.run_in_executor(_COUNT_THREAD, inflater.rest)
+    elif not (first_on_loop and inflater.step()):
+        await loop.run_in_executor(_INFLATE_THREADS, inflater.rest)
     return inflater.result()
 
 
