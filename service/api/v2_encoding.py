@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import Busy, InvalidRequest, PayloadTooLarge
-from ..inflight import SETTING, Claim
+from ..errors import InvalidRequest, PayloadTooLarge
+from ..inflight import Claim
 
 LARGE = 1 << 20
 MAPPED = 1 << 20
@@ -55,7 +55,8 @@ class Inflater:
     written), each step charged to ``claim``. Where the budget has no room for more (other requests
     hold it), or gzip's trailer already announces more than ``limit``, nothing more is kept: the rest is
     inflated only to be counted, so the answer is still the true one, 413 as soon as ``limit`` is
-    passed, else 503 with Retry-After (it would have fit alone). Memory is then one step per thread,
+    passed (or when the whole could never fit the budget), else the stream is inflated again into a
+    buffer of its size if that fits now, or 503 with Retry-After. Memory is then one step per thread,
     however many bombs arrive at once. ``noun`` names what is inflated in messages (body, message)."""
 
     STEP = 1 << 20
@@ -75,6 +76,7 @@ class Inflater:
         self.out: np.ndarray | None = _buffer(size_hint) if size_hint <= limit else None
         self.filled = 0   # bytes made so far, kept or only counted
         self.kept = 0     # bytes of ``out`` charged to the claim
+        self.prepaid = False  # ``out`` has the stream's size and is charged whole (_again)
 
     def step(self) -> bool:
         """Inflate up to STEP bytes more; True once the stream has ended."""
@@ -99,17 +101,28 @@ class Inflater:
             if self.stream.unused_data or self.fed < len(self.view):
                 raise InvalidRequest(f"the compressed {self.noun} is followed by other bytes", "Content-Encoding")
             if self.out is None:  # valid and within the limit, but counted only: the budget had no room
-                self.claim.grow(self.filled)  # 413 if it never fits, else 503 (Busy)
-                self.claim.shrink(self.filled)
-                raise Busy(f"the memory for requests in flight ({SETTING}) is taken by other requests; retry shortly")
+                self.claim.grow(self.filled)  # 413 if it never fits, 503 (Busy) while others hold the room
+                self._again()
             return True
         if not self.pending and self.fed == len(self.view) and not chunk:
             raise InvalidRequest(f"the compressed {self.noun} is truncated", "Content-Encoding")
         return False
 
+    def _again(self) -> None:
+        """Inflate the whole stream again, into a buffer of its size, already charged to the claim: what
+        was only counted fits now (a deflate stream, whose growing buffer's copies did not fit beside
+        the others, or one that met a full budget)."""
+        self.stream, self.pending, self.fed = zlib.decompressobj(self.wbits), b"", 0
+        self.out, self.filled, self.prepaid = _buffer(self.filled), 0, True
+        while not self.step():
+            pass
+
     def _keep(self, chunk: bytes, end: int) -> None:
         assert self.out is not None
         grow = end > self.out.nbytes
+        if self.prepaid:
+            self.out[self.filled : end] = np.frombuffer(chunk, np.uint8)
+            return
         # the step's bytes, and while the buffer grows the copy of what it holds: both charged
         extra = len(chunk) + (self.filled if grow else 0)
         if not self.claim.try_grow(extra):
