@@ -179,6 +179,7 @@ class _Connection(asyncio.Protocol):
         deadline = None
         claim = self.server.budget.claim()  # the message's bytes, and what they inflate to, while the call runs
         try:
+            # (a session that reserves a message's bytes as they arrive hands them over: claim.adopt)
             if len(message) > UNCHARGED_BYTES:
                 claim.grow(len(message))
             if encoding is not None:  # inflating up to max_message bytes, in threads
