@@ -297,8 +297,9 @@ def service_section(device_name: str, header: list[tuple[str, str]], r: ServiceR
 
     if r.liveness:
         lines += ["", "### Liveness under load: `GET /health/live`, one probe at a time", "",
-                  "While idle, while one 64 MiB request is read, computed and answered, and while gzip bombs "
-                  "and JSON texts of millions of values arrive eight at a time (bench/liveness.py); a Kubernetes "
+                  "While idle, while one 64 MiB request is read, computed and answered, while gzip bombs "
+                  "and JSON texts of millions of values arrive eight at a time, and while 32 gzip bombs of 1 MB "
+                  "(1 GiB inflated) arrive at once (bench/liveness.py); a Kubernetes "
                   "probe's default timeout is 1 s.", ""]
         head = ["condition", "probes", "p50 ms", "p99 ms", "max ms"]
         lines += [_row(head), _row(["---"] * len(head))]

@@ -16,7 +16,7 @@ from starlette.responses import Response
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
 from ..errors import InvalidRequest, PayloadTooLarge, Timeout
-from ..inflight import Claim
+from ..inflight import UNCHARGED_BYTES, Claim
 from ..operators import OperatorDesc
 from ..worker import LARGE, Result, Source, copy_into
 from .runtime import Runtime, runtime
@@ -53,7 +53,15 @@ def within_budget(handler: Handler) -> Handler:
 async def request_body(request: Request, limit: int) -> memoryview:
     """An inference's body, read and its Content-Encoding undone, within its handler's claim (within_budget)."""
     claim: Claim = request.scope[CLAIM_KEY]
-    return await decode_body(await read_body(request, limit, claim), request.headers.get("content-encoding"), limit, claim)
+    body = await read_body(request, limit, claim)
+    coding = request.headers.get("content-encoding")
+    if coding is None:
+        return body
+    received = claim.held  # what the body as received holds
+    decoded = await decode_body(body, coding, limit, claim)
+    if decoded is not body:
+        claim.shrink(received)  # the compressed body goes with this call
+    return decoded
 
 
 async def read_body(request: Request, limit: int, claim: Claim | None = None) -> memoryview:
@@ -71,7 +79,7 @@ async def read_body(request: Request, limit: int, claim: Claim | None = None) ->
         chunk = message.get("body", b"")
         if len(chunk) > limit:
             raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
-        if claim is not None:
+        if claim is not None and len(chunk) > UNCHARGED_BYTES:
             claim.grow(len(chunk))
         return memoryview(chunk)
     # Filled in place: np.empty maps its pages lazily as chunks arrive, where a zeroed bytearray, or

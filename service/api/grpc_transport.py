@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..inflight import Claim, InflightBudget
 from ..native import h2grpc
-from .v2_encoding import Inflater
+from .v2_encoding import Inflater, inflated
 
 log = logging.getLogger("vkact.grpc")
 
@@ -226,8 +226,9 @@ class _Connection(asyncio.Protocol):
         while (item := await requests.get()) is not None:
             message, encoding = item
             size = len(message)
-            if encoding is not None:  # inflating up to max_message bytes: off the event loop
-                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message, claim)
+            if encoding is not None:  # inflating up to max_message bytes, in threads
+                message = await _inflated(message, encoding, self.server.max_message, claim)
+                claim.shrink(size)  # the compressed message is gone
                 size = len(message)
             yield message
             claim.shrink(size)
@@ -263,9 +264,11 @@ class _Connection(asyncio.Protocol):
                     claim: Claim) -> None:
         deadline = None
         try:
-            if encoding is not None:  # inflating up to max_message bytes: off the event loop
+            if encoding is not None:  # inflating up to max_message bytes, in threads (the message is charged: _hand_over)
                 assert message is not None
-                message = await asyncio.to_thread(_decompressed, message, encoding, self.server.max_message, claim)
+                received = claim.held
+                message = await _inflated(message, encoding, self.server.max_message, claim)
+                claim.shrink(received)  # the compressed message is gone
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
                 if seconds is None:
@@ -345,20 +348,17 @@ class RpcError(Exception):
         self.code, self.message = code, message
 
 
-def _decompressed(message: bytes, encoding: bytes, limit: int, claim: Claim) -> bytes | memoryview:
+async def _inflated(message: bytes, encoding: bytes, limit: int, claim: Claim) -> memoryview:
     """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
-    ``limit`` bytes within ``claim`` (which holds the compressed bytes, given back once inflated): a small
-    bomb grows past neither the message bound nor the budget of bytes in flight (v2_encoding.Inflater)."""
+    ``limit`` bytes within ``claim``: a small bomb grows past neither the message bound nor the budget
+    of bytes in flight (v2_encoding.Inflater)."""
     if encoding == b"":
         raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
     if encoding not in (b"gzip", b"deflate"):
         raise RpcError(UNIMPLEMENTED, f"grpc-encoding {encoding.decode('latin-1')!r} is not supported (gzip, deflate, identity)")
-    inflater = Inflater(message, encoding.decode(), limit, claim, "request message")
     try:
-        inflater.rest()
+        return await inflated(Inflater(message, encoding.decode(), limit, claim, "request message"), first_on_loop=False)
     except InvalidRequest as exc:
         raise RpcError(INTERNAL, exc.message) from None
     except PayloadTooLarge as exc:
         raise RpcError(RESOURCE_EXHAUSTED, exc.message) from None
-    claim.shrink(len(message))
-    return inflater.result()

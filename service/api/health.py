@@ -26,4 +26,5 @@ async def metrics(request: Request) -> Response:
     state, worker = runtime(request), device_worker(request)
     state.metrics.queue_depth.set(worker.queue_depth)
     state.metrics.worker_restarts.set(worker.restarts)
+    state.metrics.inflight_bytes.set(state.inflight.held)
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

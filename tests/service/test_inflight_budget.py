@@ -5,10 +5,12 @@ request served after them, the budget given back after every failure. Latency un
 is a figure of the benchmark (bench/liveness.py), never asserted here."""
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import os
 import re
+import socket
 import subprocess
 import tempfile
 import zlib
@@ -20,12 +22,15 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
+from service.api.v2_encoding import decode_body
 from service.inflight import Claim, InflightBudget
 from service.errors import Busy, PayloadTooLarge
 from tests.service.conftest import Server, start_server, stop_server
 from tests.service.test_bombs import peak_rss
 from tests.service.test_bombs import probe_while as bombs_probe_while
 from tests.service.test_grpc_transport import INFER, relu_of, relu_request
+from tests.service.test_memory_bounds import until
+from tests.service.test_process_faults import gauge
 
 BOMBS = 32
 GROWTH_BOUND = 300 << 20
@@ -56,6 +61,30 @@ def test_a_claim_grows_within_the_budget_and_gives_everything_back():
     assert budget.held == 0 and isinstance(a, Claim)
 
 
+@pytest.mark.parametrize("coding,pack", [("gzip", gzip.compress), ("deflate", zlib.compress)])
+def test_a_body_is_inflated_within_the_budget(coding, pack):
+    """In-process, the inflater against a budget: kept and charged while it fits (deflate's growing
+    buffer, whose copy does not fit beside it, inflated again at its size); counted past the room left,
+    to answer 503 when it fits alone and 413 (naming the setting) when it never does; past the body
+    limit 413 whatever the budget; everything given back."""
+    data = np.tile(np.arange(256, dtype=np.uint8), 3 << 12).tobytes()  # 3 MiB
+    packed = memoryview(pack(data))
+    budget = InflightBudget(4 << 20)
+    with budget.claim() as claim:
+        assert bytes(asyncio.run(decode_body(packed, coding, 8 << 20, claim))) == data
+        assert claim.held == len(data)
+    other = budget.claim()
+    other.grow(2 << 20)
+    with budget.claim() as claim, pytest.raises(Busy, match="VKACT_INFLIGHT_BYTES"):
+        asyncio.run(decode_body(packed, coding, 8 << 20, claim))
+    other.release()
+    with InflightBudget(2 << 20).claim() as claim, pytest.raises(PayloadTooLarge, match="VKACT_INFLIGHT_BYTES"):
+        asyncio.run(decode_body(packed, coding, 8 << 20, claim))
+    with budget.claim() as claim, pytest.raises(PayloadTooLarge, match="decompressed body exceeds"):
+        asyncio.run(decode_body(packed, coding, 2 << 20, claim))
+    assert budget.held == 0
+
+
 # -- bombs against a real server ---------------------------------------------------------------------
 
 
@@ -73,13 +102,15 @@ def http_bombs() -> dict[str, tuple[bytes, str]]:
 
 def send_http_bombs(url: str, count: int, names: list[str]) -> None:
     """In a process of its own (the probing test's GIL stays free): ``count`` bombs at once, of the
-    kinds ``names`` in turn; prints each answer's (kind, status)."""
+    kinds ``names`` in turn, to /v2 and /v1 in turn; prints each answer's (kind, status)."""
     kinds = http_bombs()
+    paths = ("/v2/models/relu/infer", "/v1/execute")
 
     def post(i: int) -> tuple[str, int]:
         body, coding = kinds[names[i % len(names)]]
         with httpx.Client(timeout=300) as client:
-            return names[i % len(names)], client.post(f"{url}/v2/models/relu/infer", content=body, headers={"Content-Encoding": coding}).status_code
+            response = client.post(url + paths[i // len(names) % 2], content=body, headers={"Content-Encoding": coding})
+            return names[i % len(names)], response.status_code
 
     with ThreadPoolExecutor(count) as pool:
         print(json.dumps(list(pool.map(post, range(count)))))
@@ -180,3 +211,54 @@ def test_32_grpc_bombs_at_once_are_each_refused_within_300_mb(bombed):
     assert probes >= 1
     assert grown < GROWTH_BOUND, f"the HTTP process's peak memory grew by {grown >> 20} MiB"
     assert_served(bombed)
+
+
+def test_the_bombs_leave_nothing_held(bombed):
+    """After every bomb above (413s, RESOURCE_EXHAUSTED) the budget holds nothing."""
+    with bombed.client() as http:
+        assert gauge(http, "vkact_inflight_bytes") == 0
+
+
+# -- 503 while others hold it, 413 when it never fits, given back when a client leaves ---------------
+
+
+def relu_frame(x: np.ndarray) -> tuple[bytes, dict[str, str]]:
+    """A /v2 binary request for RELU on ``x``: its body and headers."""
+    head = json.dumps({"inputs": [{"name": "InputTensor", "shape": [x.size], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": x.nbytes}}], "outputs": [{"name": "OutputTensor", "parameters": {"binary_data": True}}]}).encode()
+    return head + x.tobytes(), {"Inference-Header-Content-Length": str(len(head))}
+
+
+def relu_answer(response: httpx.Response) -> np.ndarray:
+    assert response.status_code == 200, response.text
+    return np.frombuffer(response.content[int(response.headers["Inference-Header-Content-Length"]):], np.float32)
+
+
+def test_a_request_finding_the_budget_held_gets_503_and_is_served_once_it_is_given_back():
+    """A 4 MiB budget; a client uploading 3 MiB slowly holds what it sent. A body that inflates to 2 MiB
+    gets 503 with Retry-After (it fits alone), as does a 2 MiB plain body; one that needs more than the
+    whole budget gets 413 naming the setting. Once the slow client leaves, both are served."""
+    server = start_server(max_body_bytes=8 << 20, inflight_bytes=4 << 20)
+    try:
+        x = np.tile(np.linspace(-2, 2, 1024, dtype=np.float32), 512)  # 2 MiB that compress to a few KiB
+        body, headers = relu_frame(x)
+        packed = gzip.compress(body)
+        host, port = server.url.removeprefix("http://").split(":")
+        slow = socket.create_connection((host, int(port)))
+        slow.sendall(b"POST /v2/models/relu/infer HTTP/1.1\r\nHost: vkact\r\nInference-Header-Content-Length: 10\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (3 << 20) + b" " * ((3 << 20) - 1))
+        with server.client() as http:
+            assert until(lambda: gauge(http, "vkact_inflight_bytes") >= (3 << 20) - (64 << 10))
+            for content, extra in ((packed, {"Content-Encoding": "gzip"}), (body, {})):
+                response = http.post("/v2/models/relu/infer", content=content, headers={**headers, **extra})
+                assert response.status_code == 503 and response.headers["retry-after"] == "1", response.text
+                assert "VKACT_INFLIGHT_BYTES" in response.json()["error"]
+            response = http.post("/v2/models/relu/infer", content=b" " * (5 << 20), headers=headers)
+            assert response.status_code == 413 and "VKACT_INFLIGHT_BYTES" in response.json()["error"], response.text
+            slow.close()  # the slow client leaves: what its request held is given back
+            assert until(lambda: gauge(http, "vkact_inflight_bytes") == 0)
+            for content, extra in ((packed, {"Content-Encoding": "gzip"}), (body, {})):
+                np.testing.assert_array_equal(relu_answer(http.post("/v2/models/relu/infer", content=content, headers={**headers, **extra})),
+                                              np.maximum(x, 0))
+    finally:
+        stop_server(server)
