@@ -7,9 +7,13 @@ and account for every request, checked against the server's own statistics read 
 Skipped, saying why, where perf_analyzer is not prepared and cannot be (no network for the download)."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import subprocess
+import tempfile
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -49,6 +53,19 @@ def reported(output: str, section: str, line: str) -> int:
     return int(found.group(1))
 
 
+@contextlib.contextmanager
+def shared_memory_names(args: list[str]) -> Iterator[None]:
+    """perf_analyzer names its shared memory objects after the tensors (/InputTensor_0_0, /OutputTensor),
+    with no prefix: two runs on one machine at once (parallel test runs) would share them, and one's
+    unlink could come between the other's creation and registration. Such runs take turns."""
+    if "--shared-memory" not in args:
+        yield
+        return
+    with open(os.path.join(tempfile.gettempdir(), "vkact-perf-analyzer-shm.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 MODES = {
     "grpc": ["-i", "grpc"],
     "grpc-streaming": ["-i", "grpc", "--streaming"],
@@ -66,11 +83,12 @@ def test_perf_analyzer_measures(mode: str, perf_analyzer: list[str], server: Ser
     if "--shared-memory" in args:  # the output regions need a size: the model's outputs are variable
         args = [*args, "--output-shared-memory-size", str(BATCH * ELEMENTS * 4)]
     before = successes(http)
-    done = subprocess.run(
-        [*perf_analyzer, "-m", MODEL, "-u", url, *args, "--shape", f"InputTensor:{ELEMENTS}", "-b", str(BATCH),
-         "--concurrency-range", "2", "--request-count", str(REQUESTS)],
-        capture_output=True, text=True, timeout=180,  # perf_analyzer --streaming once hung: fail, not wait
-    )
+    with shared_memory_names(args):
+        done = subprocess.run(
+            [*perf_analyzer, "-m", MODEL, "-u", url, *args, "--shape", f"InputTensor:{ELEMENTS}", "-b", str(BATCH),
+             "--concurrency-range", "2", "--request-count", str(REQUESTS)],
+            capture_output=True, text=True, timeout=180,  # perf_analyzer --streaming once hung: fail, not wait
+        )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     sent = reported(output, "Client", "Request count")
