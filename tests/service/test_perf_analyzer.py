@@ -2,7 +2,8 @@
 Debian 13's libc, fetched into a cache, never installed) against the service, in the modes Triton users
 run: gRPC, gRPC streaming, HTTP, and each with system shared memory. A short measurement of a fixed
 request count, two requests in flight, batch 2 (the model's config says it batches); each run must exit 0
-and account for every request, checked against the server's own statistics read apart from perf_analyzer.
+and account for every request, checked against the server's own statistics read apart from perf_analyzer;
+a run whose requests fail stops with the service's message.
 
 Skipped, saying why, where perf_analyzer is not prepared and cannot be (no network for the download)."""
 from __future__ import annotations
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 from tests.service.conftest import ROOT, Server
+from tests.service.test_v2_errors import assert_still_serving
 
 SCRIPT = os.path.join(ROOT, "scripts", "perf-analyzer.sh")
 MODEL = "shrink"
@@ -96,3 +98,21 @@ def test_perf_analyzer_measures(mode: str, perf_analyzer: list[str], server: Ser
     assert reported(output, "Server", "Successful request count") == sent, output
     succeeded, failed = successes(http)
     assert (succeeded - before[0], failed - before[1]) == (sent, 0), output
+
+
+@pytest.mark.parametrize("mode", ["grpc-streaming-shm", "http-shm"])
+def test_perf_analyzer_stops_on_the_services_error(mode: str, perf_analyzer: list[str], server: Server, http: httpx.Client) -> None:
+    """Output regions too small for the answers: perf_analyzer stops at once with the service's own message
+    (over a stream too, where it once waited for answers that never came), and the service goes on."""
+    args = MODES[mode]
+    url = server.grpc if "grpc" in args else server.url.removeprefix("http://")
+    with shared_memory_names(args):
+        done = subprocess.run(
+            [*perf_analyzer, "-m", MODEL, "-u", url, *args, "--output-shared-memory-size", "16",
+             "--shape", f"InputTensor:{ELEMENTS}", "--request-count", str(REQUESTS)],
+            capture_output=True, text=True, timeout=180,
+        )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert f"shared_memory_byte_size 16 is smaller than output 'OutputTensor' ({ELEMENTS * 4} bytes)" in output, output
+    assert_still_serving(http)
