@@ -79,6 +79,7 @@ fetch_libraries() {
 prepare() {
   local work py bin
   mkdir -p "$DIR"
+  rm -rf "$DIR"/.prepare.*   # a killed preparation's (this one holds the lock: no other is running)
   work=$(mktemp -d "$DIR/.prepare.XXXXXX")
   chmod 755 "$work"
   trap 'rm -rf "$work"' EXIT
