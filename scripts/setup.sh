@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-command set-up: system packages, Python venv, the project, and Kompute's `kp` module.
+# One-command set-up: system packages, Python venv, the project, Kompute's `kp` module, and (for the
+# tests) Triton's perf_analyzer.
 # Idempotent: a second run only checks and takes a few seconds.
 #
 # usage: scripts/setup.sh [--runtime-only]
@@ -105,7 +106,16 @@ fi
 # --- 5. vkact's C extension: gRPC's HTTP/2 on libnghttp2 (rebuilt when its source changes) -----
 bash "$ROOT/scripts/build-native.sh" "$VPY" || die "building service/native/h2grpc.c failed (see above)"
 
-# --- 6. smoke test: a Vulkan device must be visible through kp -----------------------------
+# --- 6. Triton's perf_analyzer for its tests (tests/service/test_perf_analyzer.py), cached ---------
+# A download of its wheel and Debian 13's libc (scripts/perf-analyzer.sh; nothing installed on the
+# system). A failure here (no network) is not set-up's: the tests that need it skip, saying why.
+if [[ $EXTRAS == *test* ]]; then
+  step "preparing perf_analyzer (scripts/perf-analyzer.sh)"
+  PYTHON=$VPY bash "$ROOT/scripts/perf-analyzer.sh" --prepare \
+    || printf 'setup.sh: warning: perf_analyzer could not be prepared; tests/service/test_perf_analyzer.py will skip\n' >&2
+fi
+
+# --- 7. smoke test: a Vulkan device must be visible through kp -----------------------------
 step "checking Vulkan device"
 "$VPY" -c 'import kp, numpy
 p = kp.Manager().get_device_properties()

@@ -1,5 +1,6 @@
 """perf_analyzer's requests with ``-i http --shared-memory system``, replayed byte for byte as its C++ client
-(libcurl) sends them, since perf_analyzer itself needs glibc 2.38 and this Debian has 2.36.
+(libcurl) sends them: each answer checked as that client reads it, with no download (the real perf_analyzer,
+which needs glibc 2.38, runs in test_perf_analyzer.py where scripts/perf-analyzer.sh can prepare it).
 
 Reconstructed from perf_analyzer's source (model_parser.cc, load_manager.cc, inference_profiler.cc) and
 Triton's C++ HTTP client (http_client.cc): model metadata and configuration, both unregisters (errors
