@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .buffers import min_buffer_bytes, view
+from .json_values import BFLOAT16
 
 #: DML_TENSOR_DATA_TYPE name -> little-endian numpy dtype. Mirrors service/descriptors/datatypes.py;
 #: the client must not import the service. tests/client checks that the two tables agree.
@@ -30,6 +31,8 @@ DATA_TYPES: dict[str, np.dtype] = {
     "DML_TENSOR_DATA_TYPE_FLOAT64": np.dtype("<f8"),
     "DML_TENSOR_DATA_TYPE_UINT64": np.dtype("<u8"),
     "DML_TENSOR_DATA_TYPE_INT64": np.dtype("<i8"),
+    # not DirectML's: ONNX's bfloat16, as ml_dtypes.bfloat16 (or raw bits, see from_array)
+    "VKACT_TENSOR_DATA_TYPE_BFLOAT16": BFLOAT16,
 }
 _NAMES = {dtype: name for name, dtype in DATA_TYPES.items()}
 

@@ -92,7 +92,8 @@ def all_variants() -> list[Variant]:
 
     variants = []
     for op in OPERATORS.values():
-        dtypes = sorted({t.info.shader for step in op.support.steps for t in step.data_types if t.info.shader})
+        types = {t for step in op.support.steps for t in step.data_types} | op.accepted_types()
+        dtypes = sorted({t.info.shader for t in types if t.info.shader})
         unrolls = REDUCTION_UNROLLS if op.kind == "reduction" else (1,)
         variants += [Variant(k, d, layout, len(op.input_fields), op.kind, u)
                      for k in op.all_kernels() for d in dtypes for layout in LAYOUTS for u in unrolls]

@@ -1,6 +1,6 @@
 // Storage of each data type. Elements live in 32-bit words so that no device feature is needed
-// (Kompute enables none): FLOAT16 is two halves per word, converted with explicit round-to-nearest-even.
-// Defines per variant: DTYPE_F32 or DTYPE_F16.
+// (Kompute enables none): FLOAT16 and BFLOAT16 are two halves per word, converted with explicit
+// round-to-nearest-even. Defines per variant: DTYPE_F32, DTYPE_F16, DTYPE_BF16 or an integer DTYPE_*.
 #ifndef VKACT_DTYPE
 #define VKACT_DTYPE
 
@@ -36,6 +36,14 @@ uint f32_to_f16(float f) {
     return sign | q;
 }
 
+// BFLOAT16 is the top half of a float32: widening is exact; narrowing rounds to nearest, ties to even
+// (overflow to infinity included), and a NaN stays a NaN, made quiet, its sign kept.
+uint f32_to_bf16(float f) {
+    uint x = floatBitsToUint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (x >> 16) | 0x40u;
+    return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+}
+
 // Every data type lives in 32-bit words (uint storage): 1, 2 or 4 elements per word. ELEM_T is
 // what a formula computes in: float for FLOAT32/FLOAT16, int or uint for the integer types (wider
 // than the element, so a formula's result wraps when to_bits keeps the low ELEM_BITS bits).
@@ -49,6 +57,11 @@ uint f32_to_f16(float f) {
     #define ELEM_BITS 16
     float from_bits(uint b) { return f16_to_f32(b); }
     uint to_bits(float v) { return f32_to_f16(v); }
+#elif defined(DTYPE_BF16)
+    #define ELEM_T float
+    #define ELEM_BITS 16
+    float from_bits(uint b) { return uintBitsToFloat(b << 16); }
+    uint to_bits(float v) { return f32_to_bf16(v); }
 #elif defined(DTYPE_I32) || defined(DTYPE_I16) || defined(DTYPE_I8)
     #define DTYPE_INT
     #define DTYPE_SIGNED

@@ -39,7 +39,7 @@ def operator_entry(op: type[OperatorDesc]) -> dict[str, Any]:
             for step in op.support.steps
         ],
         "data_types_on_device": sorted(
-            t.value for t in op.support.at(IMPLEMENTED_LEVEL).data_types if t.info.shader  # type: ignore[union-attr]
+            t.value for t in op.accepted_types() if t.info.shader
         ),
         # accepted (ONNX's types beyond DirectML's) but with no kernel on this build, and why
         "data_types_without_kernel": [

@@ -15,7 +15,8 @@ from .metrics import MODEL_VERSION
 PLATFORM = "vkact_directml"
 
 #: The protocol's tensor data types that name a DML_TENSOR_DATA_TYPE. INT64, UINT64 and FP64 are here
-#: because the descriptor layer accepts them for some operators (and then says there is no kernel).
+#: because the descriptor layer accepts them for some operators (and then says there is no kernel);
+#: BF16 is vkact's BFLOAT16 (DirectML has none), for the operators ONNX defines bfloat16 for.
 V2_TO_DML: dict[str, DataType] = {
     "FP32": DataType.FLOAT32,
     "FP16": DataType.FLOAT16,
@@ -28,9 +29,10 @@ V2_TO_DML: dict[str, DataType] = {
     "UINT16": DataType.UINT16,
     "UINT32": DataType.UINT32,
     "UINT64": DataType.UINT64,
+    "BF16": DataType.BFLOAT16,
 }
 DML_TO_V2: dict[DataType, str] = {dml: v2 for v2, dml in V2_TO_DML.items()}
-NOT_TENSOR_TYPES = ("BOOL", "BYTES", "BF16")  # the protocol has them; DirectML's activations do not
+NOT_TENSOR_TYPES = ("BOOL", "BYTES")  # the protocol has them; DirectML's activations do not
 
 #: Model metadata shows one variable dimension; any shape of 1 to 8 dimensions is accepted.
 VARIABLE_SHAPE = [-1]

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport, packed_strides
 from ..descriptors.datatypes import NO_KERNEL
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
+from client.json_values import BFLOAT16, float64_to_bfloat16
+
 from .numerics import flush_subnormal
 from ..errors import DescriptorError, UnsupportedOnDevice
 
@@ -113,6 +115,8 @@ class OperatorDesc(BaseModel):
             result = np.asarray(model.formula(*(np.asarray(x, dtype=np.float64) for x in inputs)), dtype=np.float64)
             if dtype.kind in "iu":  # truncate toward zero, then wrap to the type (modulo 2^bits)
                 return np.trunc(result).astype(np.int64).astype(dtype)
+            if dtype == BFLOAT16:  # one rounding from float64 (ml_dtypes' cast rounds through float32 first)
+                return float64_to_bfloat16(result).view(dtype)
             return result.astype(dtype)
 
     @model_validator(mode="after")
@@ -144,11 +148,15 @@ class OperatorDesc(BaseModel):
         return self
 
     extra_types: ClassVar[frozenset[DataType]] = frozenset()  # accepted beyond DirectML (ONNX's types)
+    #: ONNX defines its counterpart for bfloat16 (onnx.defs type constraints; tests/conformance checks):
+    #: BFLOAT16 is then accepted with FLOAT32, stored as bfloat16, computed in float32.
+    onnx_bfloat16: ClassVar[bool] = True
 
     @classmethod
     def accepted_types(cls) -> frozenset[DataType]:
         step = cls.support.at(IMPLEMENTED_LEVEL)
-        return (step.data_types if step else frozenset()) | cls.extra_types
+        types = (step.data_types if step else frozenset()) | cls.extra_types
+        return types | {DataType.BFLOAT16} if cls.onnx_bfloat16 and DataType.FLOAT32 in types else types
 
     def check_execution(self, in_place: bool, max_tensor_bytes: int) -> None:
         """The rules of one execution on one device: buffer sizes within the device's binding limit,

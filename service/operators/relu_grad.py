@@ -12,6 +12,7 @@ class ReluGrad(OperatorDesc):
     InputTensor > 0, else 0 (ReLU's backward pass; no ONNX counterpart)."""
 
     Type: Literal["DML_OPERATOR_ACTIVATION_RELU_GRAD"] = "DML_OPERATOR_ACTIVATION_RELU_GRAD"
+    onnx_bfloat16: ClassVar[bool] = False  # no ONNX operator
     InputTensor: TensorDesc
     InputGradientTensor: TensorDesc
     OutputGradientTensor: Optional[TensorDesc] = None

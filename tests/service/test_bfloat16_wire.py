@@ -1,0 +1,108 @@
+"""BF16 through every front-end: /v2 JSON and binary, Triton's own HTTP and gRPC clients (raw bytes of
+ml_dtypes.bfloat16 arrays), /v1 as VKACT_TENSOR_DATA_TYPE_BFLOAT16 in every encoding. The oracle: the
+operator's float64 reference rounded once to bfloat16 (checked against exact rounding in tests/client)."""
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+import tritonclient.grpc as tg
+import tritonclient.http as triton
+
+from client.json_values import BFLOAT16, encode_values
+from service.operators import parse_operator
+from tests.helpers import ulp_distance
+from tests.service.helpers import binary_request, request_body
+from tests.service.test_v2 import address
+from tests.service.test_v2_errors import assert_error, assert_still_serving
+
+VALUES = [1.5, -2.0, "NaN", "Infinity", "-Infinity", -0.0, 3.3895313892515355e38, 9.18e-41, 1e-3,
+          1.00390625,             # 1 + 2^-8: a tie between 1 and 1 + 2^-7, to even: 1
+          1.0039062500000002,     # just above it: 1 + 2^-7
+          -3.3961775292304293e38]  # rounds to -(largest finite), not to -inf (just under half-way)
+ROUNDED = ["1.5", "-2.0", "NaN", "Infinity", "-Infinity", "-0.0", "3.3895313892515355e+38", "9.183549615799121e-41", "0.00099945068359375",
+           "1.0", "1.0078125", "-3.3895313892515355e+38"]
+
+
+def reference(kind: str, x: np.ndarray, **params) -> np.ndarray:
+    op = parse_operator(request_body(kind, x, **params))
+    return op.reference(x)
+
+
+def as_text(values: list) -> list[str]:
+    return [v if isinstance(v, str) else repr(float(v)) for v in values]
+
+
+def test_json_numbers_round_to_nearest_even_bfloat16_and_come_back(http):
+    body = {"inputs": [{"name": "InputTensor", "shape": [len(VALUES)], "datatype": "BF16", "data": VALUES}]}
+    response = http.post("/v2/models/identity/infer", json=body)
+    assert response.status_code == 200, response.text
+    out = response.json()["outputs"][0]
+    assert out["datatype"] == "BF16" and as_text(out["data"]) == ROUNDED
+
+
+@pytest.mark.parametrize("kind", ["relu", "sigmoid", "softmax1", "leaky_relu"])
+def test_binary_and_json_agree_with_the_reference(http, kind):
+    x = (np.random.default_rng(len(kind)).standard_normal((3, 50)) * 4).astype(BFLOAT16)
+    want = reference(kind.upper().removesuffix("1") + ("1" if kind.endswith("1") else ""), x)
+    body = {"inputs": [{"name": "InputTensor", "shape": [3, 50], "datatype": "BF16", "data": encode_values(x.reshape(-1))}],
+            "outputs": [{"name": "OutputTensor", "parameters": {"binary_data": True}}]}
+    response = http.post("/v2/models/" + kind + "/infer", json=body)
+    n = int(response.headers["Inference-Header-Content-Length"])
+    got = np.frombuffer(response.content[n:], BFLOAT16).reshape(3, 50)
+    assert ulp_distance(got, want).max() <= 1  # within 1 bfloat16 ulp
+
+
+def test_tritonclients_send_and_read_bf16(server):
+    x = np.linspace(-4, 4, 24).reshape(4, 6).astype(BFLOAT16)
+    want = reference("SIGMOID", x)
+    with triton.InferenceServerClient(address(server)) as client:
+        tensor = triton.InferInput("InputTensor", [4, 6], "BF16")
+        tensor.set_data_from_numpy(x, binary_data=True)
+        got = client.infer("sigmoid", [tensor]).as_numpy("OutputTensor")
+    assert got.dtype == BFLOAT16 and ulp_distance(got, want).max() <= 1
+    client = tg.InferenceServerClient(server.grpc)
+    try:
+        tensor = tg.InferInput("InputTensor", [4, 6], "BF16")
+        tensor.set_data_from_numpy(x)
+        got = client.infer("sigmoid", [tensor]).as_numpy("OutputTensor")
+    finally:
+        client.close()
+    assert got.dtype == BFLOAT16 and ulp_distance(got, want).max() <= 1
+
+
+def test_models_list_bf16_where_onnx_has_it(http):
+    assert "BF16" in http.get("/v2/models/relu").json()["parameters"]["datatypes"].split(",")
+    assert "BF16" not in http.get("/v2/models/shrink").json()["parameters"]["datatypes"].split(",")
+    body = {"inputs": [{"name": "InputTensor", "shape": [2], "datatype": "BF16", "data": [1, 2]}]}
+    assert_error(http.post("/v2/models/shrink/infer", json=body), 400, "BFLOAT16")
+
+
+def test_a_finite_number_past_bf16s_range_is_a_400(http):
+    body = {"inputs": [{"name": "InputTensor", "shape": [2], "datatype": "BF16", "data": [1.0, 3.4e38]}]}
+    assert_error(http.post("/v2/models/relu/infer", json=body), 400, "inputs[0].data", "element 1 is 3.4e+38, which overflows BF16")
+    assert_still_serving(http)
+
+
+@pytest.mark.parametrize("encoding", ["json", "base64", "binary"])
+def test_v1_names_it_vkact_tensor_data_type_bfloat16(http, encoding):
+    x = np.array([1.5, -2.0, np.nan, -0.0, 100.0, -1e-3], BFLOAT16)
+    operator = request_body("ELU", x, Alpha=0.5)
+    assert operator["InputTensor"]["DataType"] == "VKACT_TENSOR_DATA_TYPE_BFLOAT16"
+    want = reference("ELU", x, Alpha=0.5)
+    buffer = x.view(np.uint8)
+    if encoding == "binary":
+        body, headers = binary_request(operator, buffer)
+        response = http.post("/v1/execute", content=body, headers=headers)
+        n = int(response.headers["Inference-Header-Content-Length"])
+        got = np.frombuffer(response.content[n:], BFLOAT16)[: x.size]
+    else:
+        data = encode_values(x) if encoding == "json" else {"base64": base64.b64encode(buffer.tobytes()).decode()}
+        response = http.post("/v1/execute", json={"Operator": operator, "Inputs": {"InputTensor": data}})
+        out = response.json()["Output"]
+        got = (np.array([float(v.replace("Infinity", "inf")) if isinstance(v, str) else v for v in out], np.float64)
+               if encoding == "json" else np.frombuffer(base64.b64decode(out["base64"]), BFLOAT16).astype(np.float64))[: x.size]
+        got = got.astype(np.float32).astype(BFLOAT16)  # exact: the answer's values are bfloat16 values
+    assert response.status_code == 200, response.text
+    assert ulp_distance(got, want).max() <= 1
