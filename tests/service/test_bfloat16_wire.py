@@ -106,3 +106,62 @@ def test_v1_names_it_vkact_tensor_data_type_bfloat16(http, encoding):
         got = got.astype(np.float32).astype(BFLOAT16)  # exact: the answer's values are bfloat16 values
     assert response.status_code == 200, response.text
     assert ulp_distance(got, want).max() <= 1
+
+
+# -- the Python client ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["json", "base64", "binary"])
+def test_the_client_sends_ml_dtypes_bfloat16_arrays(server, encoding):
+    from client import Client
+
+    x = (np.random.default_rng(9).standard_normal((5, 7)) * 4).astype(BFLOAT16)[:, ::2]  # strided too
+    with Client(server.url, encoding=encoding) as vk:
+        y = vk.sigmoid(x)
+    assert y.dtype == BFLOAT16 and y.shape == x.shape
+    assert ulp_distance(y, reference("SIGMOID", np.ascontiguousarray(x))).max() <= 1
+
+
+RAW_BITS_SCRIPT = """
+import sys
+sys.modules["ml_dtypes"] = None  # as where ml_dtypes is not installed
+import numpy as np
+from client import Client
+bits = np.array([0x3FC0, 0xBFC0, 0x7FC1, 0x0001, 0x8000, 0x7F80, 0xFF80, 0x4049], np.uint16)
+want = [0x3FC0, 0x0000, 0x7FC1, 0x0001, 0x0000, 0x7F80, 0x0000, 0x4049]  # relu: negatives (and -0) to +0
+for encoding in ("json", "base64", "binary"):
+    with Client(sys.argv[1], encoding=encoding) as vk:
+        y = vk.execute("relu", bits, data_type="bfloat16")
+    got = y.tolist()
+    assert got[2] & 0x7FC0 == 0x7FC0, hex(got[2])  # a quiet NaN (JSON's "NaN" carries no payload)
+    assert y.dtype == np.uint16 and got[:2] + got[3:] == want[:2] + want[3:], (encoding, [hex(v) for v in got])
+try:
+    Client(sys.argv[1]).execute("relu", bits.astype(np.int32), data_type="bfloat16")
+except TypeError as exc:
+    assert "raw bits as uint16" in str(exc)
+else:
+    raise AssertionError("int32 bits taken as bfloat16")
+print("ok")
+"""
+
+
+def test_without_ml_dtypes_the_client_sends_raw_uint16_bits(server):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", RAW_BITS_SCRIPT, server.url], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_client_reads_64_bit_integers_exactly():
+    """The answer's JSON integers beyond 2^53 (INT64/UINT64 outputs, once those kernels exist) become the
+    exact elements: the client decodes them with the service's decoder."""
+    from client import codec
+
+    for dtype, values in (("<i8", [2**63 - 1, -(2**63), 2**53 + 1]), ("<u8", [2**64 - 1, 2**53 + 1, 0])):
+        text = b'{"Output": [' + ",".join(map(str, values)).encode() + b"]}"
+        data = codec.parse_header(memoryview(text))["Output"]
+        got = codec.decode_data(data, np.dtype(dtype), 24, 24, "Output")
+        assert got.view(dtype).tolist() == values
