@@ -128,6 +128,8 @@ def build_operator(model: type[OperatorDesc], req: InferenceRequest, max_tensor_
         if dml is None:
             known = "no DirectML tensor has" if tensor.datatype in NOT_TENSOR_TYPES else "unknown datatype"
             raise InvalidRequest(f"{known} {tensor.datatype!r}; {model.type_name()} takes {', '.join(datatypes(model))}", f"{name}.datatype")
+        if dml not in model.accepted_types():  # said in the protocol's names, not the descriptor layer's
+            raise InvalidRequest(f"{model.type_name()} does not take {tensor.datatype}; it takes {', '.join(datatypes(model))}", f"{name}.datatype")
         desc[name] = {"DataType": dml.value, "Sizes": tensor.shape}
     fields = param_fields(model)
     for key, value in (req.parameters or {}).items():

@@ -76,7 +76,7 @@ def test_models_list_bf16_where_onnx_has_it(http):
     assert "BF16" in http.get("/v2/models/relu").json()["parameters"]["datatypes"].split(",")
     assert "BF16" not in http.get("/v2/models/shrink").json()["parameters"]["datatypes"].split(",")
     body = {"inputs": [{"name": "InputTensor", "shape": [2], "datatype": "BF16", "data": [1, 2]}]}
-    assert_error(http.post("/v2/models/shrink/infer", json=body), 400, "BFLOAT16")
+    assert_error(http.post("/v2/models/shrink/infer", json=body), 400, "does not take BF16; it takes FP32, FP16, INT8")
 
 
 def test_a_finite_number_past_bf16s_range_is_a_400(http):

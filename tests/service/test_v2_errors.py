@@ -79,7 +79,7 @@ def test_tritonclient_surfaces_the_servers_messages(tc, http):
     raises(lambda: tc.infer("relu", [one_input(), one_input()]), "400", "given twice")
     raises(lambda: tc.infer("relu", [one_input("X")]), "400", "unexpected input 'X'")
     raises(lambda: tc.infer("relu", [one_input()], outputs=[triton.InferRequestedOutput("Y")]), "400", "unknown output 'Y'", "OutputTensor")
-    raises(lambda: tc.infer("softsign", [one_input(datatype="UINT8", array=X.astype(np.uint8))]), "400", "InputTensor.DataType", "does not support")
+    raises(lambda: tc.infer("softsign", [one_input(datatype="UINT8", array=X.astype(np.uint8))]), "400", "InputTensor.datatype", "does not take UINT8; it takes FP32, FP16, BF16")
     raises(lambda: tc.infer("shrink", [one_input(datatype="INT64", array=X.astype(np.int64))]), "400", "no kernel")
     raises(lambda: tc.infer("shrink", [one_input(datatype="BOOL", array=X > 0)]), "400", "BOOL")
     raises(lambda: tc.infer("relu", [one_input()], sequence_id=3), "400", "stateless")
