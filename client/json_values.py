@@ -85,7 +85,7 @@ def decode_values(data: Any, dtype: np.dtype, field: str, type_name: str, nested
     if not kinds <= {int, float}:
         if nested and list in kinds:
             raise CodecError(RAGGED, field)
-        return _odd_values(flat, kinds, dtype, field, type_name)
+        return _odd_values(flat, dtype, field, type_name)
     if is_floating(dtype):
         return _floats(flat, dtype, field, type_name)
     return _integers(flat, float in kinds, dtype, field, type_name)
@@ -137,7 +137,7 @@ def _flatten(data: list, field: str) -> list:
     return level
 
 
-def _odd_values(flat: list, kinds: set, dtype: np.dtype, field: str, type_name: str) -> np.ndarray:
+def _odd_values(flat: list, dtype: np.dtype, field: str, type_name: str) -> np.ndarray:
     """Lists with strings (NaN, Infinity, -Infinity for floating types) or with something that is no number."""
     floating = is_floating(dtype)
     for i, v in enumerate(flat):
