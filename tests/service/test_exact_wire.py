@@ -98,3 +98,24 @@ def test_booleans_and_out_of_float64_numbers_are_400s(http):
                          b'{"DataType": "DML_TENSOR_DATA_TYPE_FLOAT32", "Sizes": [2]}}, "Inputs": {"InputTensor": [1, 1e400]}}')
     assert response.status_code == 400 and "beyond float64's range" in response.json()["error"], response.text
     assert_error(v2(http, [1.0, True], "<f4"), 400, "booleans are not numbers of datatype FP32")
+
+
+@pytest.mark.parametrize("datatype, field, dtype, values", [
+    ("INT64", "int64_contents", "<i8", [2**63 - 1, -(2**63), 2**53 + 1]),
+    ("UINT64", "uint64_contents", "<u8", [2**64 - 1, 2**53 + 1, 0]),
+    ("FP64", "fp64_contents", "<f8", [5e-324, -1.7976931348623157e308, -0.0]),
+])
+def test_grpc_64_bit_typed_contents_decode_exactly(datatype, field, dtype, values):
+    """Ready for the 64-bit kernels (a 422 until they land): gRPC's 64-bit typed contents become /v2's
+    data and then the exact elements, through the same decoder."""
+    from service.api.grpc_infer import inference_request
+    from service.api.v2_codec import json_tensor
+
+    request = service_pb2.ModelInferRequest(model_name="shrink")
+    getattr(request.inputs.add(name="InputTensor", datatype=datatype, shape=[3]).contents, field).extend(values)
+    req, _ = inference_request(request, [], "", 1000)
+    got = json_tensor(req.inputs[0].data, np.dtype(dtype), 3, "inputs[0].data", datatype)
+    assert got.tobytes() == np.array(values, dtype).tobytes()
+    if datatype == "INT64":
+        with pytest.raises(Exception, match="out of range for datatype INT32"):
+            json_tensor(req.inputs[0].data, np.dtype("<i4"), 3, "inputs[0].data", "INT32")
