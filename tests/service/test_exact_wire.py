@@ -106,8 +106,8 @@ def test_booleans_and_out_of_float64_numbers_are_400s(http):
     ("FP64", "fp64_contents", "<f8", [5e-324, -1.7976931348623157e308, -0.0]),
 ])
 def test_grpc_64_bit_typed_contents_decode_exactly(datatype, field, dtype, values):
-    """Ready for the 64-bit kernels (a 422 until they land): gRPC's 64-bit typed contents become /v2's
-    data and then the exact elements, through the same decoder."""
+    """The decoding step alone: gRPC's 64-bit typed contents become /v2's data and then the exact
+    elements, through the same decoder (test_exact_wire_64bit.py takes them through the kernels)."""
     from service.api.grpc_infer import inference_request
     from service.api.v2_codec import json_tensor
 
