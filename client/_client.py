@@ -20,7 +20,8 @@ from . import codec
 from ._operators import BY_TYPE, OPERATORS, OperatorInfo, OperatorMethods
 from .codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, CodecError, Encoding
 from .errors import ProtocolError, error_from_response, transport_error
-from .tensors import Layout, Tensor, from_array, output_desc
+from .json_values import BFLOAT16
+from .tensors import RAW_BFLOAT16, Layout, Tensor, from_array, output_desc
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 EXECUTE, OPERATORS_PATH, DEVICE, LIVE, READY = "/v1/execute", "/v1/operators", "/v1/device", "/health/live", "/health/ready"
@@ -41,6 +42,7 @@ class _Call:
 
     request: httpx.Request
     scalar: bool  # the input was 0-d: DirectML saw shape (1,), the caller gets a 0-d array back
+    raw_bits: bool = False  # bfloat16 sent as raw uint16 bits (no ml_dtypes): the output comes back so
 
 
 def feature_level_name(level: Any) -> str:
@@ -81,6 +83,7 @@ class _BaseClient:
         feature_level: Any,
         encoding: Union[Encoding, str, None],
         output_strides: Optional[Sequence[int]],
+        data_type: Optional[str] = None,
     ) -> _Call:
         desc, info = _operator(operator, params)
         inputs, output = (info.inputs, info.output) if info else _UNARY
@@ -89,7 +92,7 @@ class _BaseClient:
         clash = [f for f in (*inputs, output) if f in desc]
         if clash and (clash != [output] or output_strides is not None):
             raise ValueError(f"{', '.join(clash)}: tensor descriptors come from the arrays (and output_strides)")
-        tensors = [from_array(a) for a in arrays]
+        tensors = [from_array(a, data_type) for a in arrays]
         tensor_descs: dict[str, Any] = {f: t.desc for f, t in zip(inputs, tensors)}
         first = tensors[0].desc
         if output_strides is not None:
@@ -109,7 +112,8 @@ class _BaseClient:
         if feature_level is not None:
             body["FeatureLevel"] = feature_level_name(feature_level)
         request = self._http.build_request("POST", self._execute_url(), **_content(body, tensors, enc))
-        return _Call(request, scalar=all(np.ndim(a) == 0 for a in arrays))
+        raw_bits = tensors[0].dtype == BFLOAT16 and BFLOAT16.names is not None
+        return _Call(request, scalar=all(np.ndim(a) == 0 for a in arrays), raw_bits=raw_bits)
 
     def _get(self, path: str) -> httpx.Request:
         return self._http.build_request("GET", path)
@@ -128,6 +132,8 @@ class _BaseClient:
             result = layout.to_array(codec.decode_data(data, layout.dtype, layout.total, layout.span, "Output", binary))
         except (CodecError, KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"malformed {EXECUTE} response: {exc}") from exc
+        if call.raw_bits:
+            result = result.view(RAW_BFLOAT16)
         # copy(): a reshaped view would not own its memory, and callers may rely on that
         return result.reshape(()).copy() if call.scalar and result.shape == (1,) else result
 
@@ -211,6 +217,7 @@ class Client(_BaseClient, OperatorMethods[np.ndarray]):
         feature_level: Any = None,
         encoding: Union[Encoding, str, None] = None,
         output_strides: Optional[Sequence[int]] = None,
+        data_type: Optional[str] = None,
     ) -> np.ndarray:
         """Run one operator on ``arrays`` (one per input tensor) and return its output.
 
@@ -223,6 +230,10 @@ class Client(_BaseClient, OperatorMethods[np.ndarray]):
             feature_level: apply DirectML's rules of that level ("5.1", "DML_FEATURE_LEVEL_5_1").
             encoding: this request's encoding instead of the client's; the response uses the same.
             output_strides: the output's element strides (default: the service's choice, packed).
+            data_type: the inputs' DataType where their numpy dtype cannot say it: "bfloat16" (or
+                "VKACT_TENSOR_DATA_TYPE_BFLOAT16") for arrays of raw bfloat16 bits as uint16, which
+                is how bfloat16 travels without ml_dtypes (an ml_dtypes.bfloat16 array needs none);
+                the output then comes back as uint16 bits too.
 
         Returns:
             The output as a new C-contiguous array of the input's dtype (0-d for a 0-d input).
@@ -230,7 +241,7 @@ class Client(_BaseClient, OperatorMethods[np.ndarray]):
         Raises:
             ServerError subclasses for 4xx/5xx answers, TransportError, ProtocolError.
         """
-        call = self._build_execute(operator, arrays, params, in_place, feature_level, encoding, output_strides)
+        call = self._build_execute(operator, arrays, params, in_place, feature_level, encoding, output_strides, data_type)
         return self._read_execute(self._send(call.request), call)
 
     def operators(self) -> Any:
@@ -291,9 +302,10 @@ class AsyncClient(_BaseClient, OperatorMethods[Awaitable[np.ndarray]]):
         feature_level: Any = None,
         encoding: Union[Encoding, str, None] = None,
         output_strides: Optional[Sequence[int]] = None,
+        data_type: Optional[str] = None,
     ) -> np.ndarray:
         """As ``Client.execute``."""
-        call = self._build_execute(operator, arrays, params, in_place, feature_level, encoding, output_strides)
+        call = self._build_execute(operator, arrays, params, in_place, feature_level, encoding, output_strides, data_type)
         return self._read_execute(await self._send(call.request), call)
 
     async def operators(self) -> Any:

@@ -119,7 +119,7 @@ class OperatorMethods(Generic[_R]):
         def execute(
             self, operator: Union[str, Mapping[str, Any]], *arrays: npt.ArrayLike,
             params: Optional[Mapping[str, Any]] = None, in_place: bool = False, feature_level: Any = None,
-            encoding: Any = None, output_strides: Optional[Sequence[int]] = None,
+            encoding: Any = None, output_strides: Optional[Sequence[int]] = None, data_type: Optional[str] = None,
         ) -> _R: ...
 
     def celu(self, x: npt.ArrayLike, /, *, alpha: float = 1.0, **options: Any) -> _R:
@@ -132,7 +132,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 1.0.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -149,7 +149,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 1.0.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -167,7 +167,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -185,7 +185,7 @@ class OperatorMethods(Generic[_R]):
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 0.2.
             beta: Beta, default 0.5.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -208,7 +208,7 @@ class OperatorMethods(Generic[_R]):
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 0.16666666666666666.
             beta: Beta, default 0.5.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -226,7 +226,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -245,7 +245,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             axes: Axes, a sequence of int, the dimensions reduced jointly; default: the last one.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -261,7 +261,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -278,7 +278,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 0.01.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -299,7 +299,7 @@ class OperatorMethods(Generic[_R]):
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 1.0.
             beta: Beta, default 0.0.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -316,7 +316,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -334,7 +334,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             axes: Axes, a sequence of int, the dimensions reduced jointly; default: the last one.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -357,7 +357,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             slope: SlopeTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -378,7 +378,7 @@ class OperatorMethods(Generic[_R]):
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 1.0.
             beta: Beta, default 1.0.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -397,7 +397,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -416,7 +416,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             input_gradient: InputGradientTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputGradientTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -437,7 +437,7 @@ class OperatorMethods(Generic[_R]):
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 1.6732631921768188.
             gamma: Gamma, default 1.0507010221481323.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -458,7 +458,7 @@ class OperatorMethods(Generic[_R]):
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 1.0.
             beta: Beta, default 0.5.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -490,7 +490,7 @@ class OperatorMethods(Generic[_R]):
             x: InputTensor (numpy array or array-like).
             bias: Bias, default 0.0.
             threshold: Threshold, default 0.5.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -506,7 +506,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -523,7 +523,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -541,7 +541,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             axes: Axes, a sequence of int, the dimensions reduced jointly; default: the last one.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -561,7 +561,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             steepness: Steepness, default 1.0.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -577,7 +577,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -598,7 +598,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             sigmoid_input_scale: SigmoidInputScale, default 1.0.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -614,7 +614,7 @@ class OperatorMethods(Generic[_R]):
 
         Args:
             x: InputTensor (numpy array or array-like).
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).
@@ -633,7 +633,7 @@ class OperatorMethods(Generic[_R]):
         Args:
             x: InputTensor (numpy array or array-like).
             alpha: Alpha, default 1.0.
-            **options: in_place, feature_level, encoding, output_strides; see ``execute``.
+            **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.
 
         Returns:
             OutputTensor as a numpy array (an awaitable of one on AsyncClient).

@@ -24,11 +24,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any, Union
 
 import numpy as np
+
+from .json_values import BeyondFloat64, CodecError, decode_values, encode_values
 
 try:  # optional: the client needs only numpy and httpx
     import orjson
@@ -46,18 +49,6 @@ class Encoding(str, Enum):
     BINARY = "binary"
 
 
-class CodecError(ValueError):
-    """Malformed tensor data or frame; ``field`` is the JSON path it concerns."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-
-
-_NONFINITE = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
-
-
 def encoding_of(data: Any, field: str) -> Encoding:
     if isinstance(data, list):
         return Encoding.JSON
@@ -68,9 +59,11 @@ def encoding_of(data: Any, field: str) -> Encoding:
     raise CodecError("tensor data must be a list of numbers, {\"base64\": ...} or {\"binary_data_size\": n}", field)
 
 
-def decode_data(data: Any, dtype: np.dtype, total_bytes: int, span_bytes: int, field: str, binary: memoryview | None = None) -> np.ndarray:
+def decode_data(data: Any, dtype: np.dtype, total_bytes: int, span_bytes: int, field: str, binary: memoryview | None = None,
+                type_name: str | None = None) -> np.ndarray:
     """The buffer (uint8, ``total_bytes`` long) that ``data`` encodes; ``binary`` holds the bytes of a
-    ``binary_data_size`` entry."""
+    ``binary_data_size`` entry. JSON numbers must be exact elements of the type (json_values), which
+    errors name ``type_name``."""
     kind = encoding_of(data, field)
     if kind is Encoding.BINARY:
         if binary is None:
@@ -82,34 +75,18 @@ def decode_data(data: Any, dtype: np.dtype, total_bytes: int, span_bytes: int, f
         except (binascii.Error, TypeError, ValueError) as exc:
             raise CodecError(f"invalid base64: {exc}", field) from None
     else:
-        values = _numbers(data, field)
+        values = decode_values(data, dtype, field, type_name or str(dtype), nested=False)
         count = len(values)
         lo, hi = -(-span_bytes // dtype.itemsize), total_bytes // dtype.itemsize
         if not lo <= count <= hi:
             want = str(hi) if lo == hi else f"{lo} to {hi}"
             raise CodecError(f"{count} values; the descriptor's buffer holds {want}", field)
         buffer = np.zeros(total_bytes, np.uint8)
-        buffer[: count * dtype.itemsize] = np.asarray(values, dtype).view(np.uint8)
+        buffer[: count * dtype.itemsize] = values.view(np.uint8)
         return buffer
     if raw.nbytes != total_bytes:
         raise CodecError(f"{raw.nbytes} bytes; TotalTensorSizeInBytes is {total_bytes}", field)
     return raw
-
-
-def _numbers(data: list, field: str) -> np.ndarray:
-    """Numbers, or the strings NaN/Infinity/-Infinity; anything else (booleans, null, nested lists,
-    numeric strings) is an error, not something numpy would coerce."""
-    if all(type(v) in (int, float) for v in data):
-        return np.asarray(data, np.float64)
-    out = np.empty(len(data), np.float64)
-    for i, v in enumerate(data):
-        if isinstance(v, str) and v in _NONFINITE:
-            out[i] = _NONFINITE[v]
-        elif type(v) in (int, float):
-            out[i] = v
-        else:
-            raise CodecError(f"element {i} is {v!r}, not a number", field)
-    return out
 
 
 def encode_data(buffer: np.ndarray, dtype: np.dtype, span_bytes: int, encoding: Encoding) -> Any:
@@ -118,10 +95,7 @@ def encode_data(buffer: np.ndarray, dtype: np.dtype, span_bytes: int, encoding: 
         return {"binary_data_size": int(buffer.nbytes)}
     if encoding is Encoding.BASE64:
         return {"base64": base64.b64encode(memoryview(buffer)).decode("ascii")}
-    values = np.frombuffer(buffer, np.uint8, span_bytes - span_bytes % dtype.itemsize).view(dtype)
-    if np.isfinite(values).all():
-        return values.tolist()
-    return [v if np.isfinite(v) else ("NaN" if np.isnan(v) else ("Infinity" if v > 0 else "-Infinity")) for v in values.tolist()]
+    return encode_values(np.frombuffer(buffer, np.uint8, span_bytes - span_bytes % dtype.itemsize).view(dtype))
 
 
 def encode_frame(header: dict, buffers: Sequence[Bytes]) -> tuple[list[Bytes], int]:
@@ -160,7 +134,15 @@ def _loads(raw: memoryview) -> Any:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(bytes(raw))
+    return json.loads(bytes(raw), parse_float=_finite_float)
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as float64; one beyond float64's range (1e400, which orjson refuses) is the
+    infinity the json module makes, marked as a ``BeyondFloat64`` so that tensor data (where an infinity
+    is written "Infinity") refuses it (json_values) while other fields read it as the json module does."""
+    value = float(text)
+    return BeyondFloat64(value) if value in (math.inf, -math.inf) else value
 
 
 NO_HEADER_HINT = (f"; without an {HEADER_LENGTH} header the whole body is read as JSON: binary tensor bytes "

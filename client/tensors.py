@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .buffers import min_buffer_bytes, view
+from .json_values import BFLOAT16
 
 #: DML_TENSOR_DATA_TYPE name -> little-endian numpy dtype. Mirrors service/descriptors/datatypes.py;
 #: the client must not import the service. tests/client checks that the two tables agree.
@@ -30,8 +31,13 @@ DATA_TYPES: dict[str, np.dtype] = {
     "DML_TENSOR_DATA_TYPE_FLOAT64": np.dtype("<f8"),
     "DML_TENSOR_DATA_TYPE_UINT64": np.dtype("<u8"),
     "DML_TENSOR_DATA_TYPE_INT64": np.dtype("<i8"),
+    # not DirectML's: ONNX's bfloat16, as ml_dtypes.bfloat16 (or raw bits, see from_array)
+    "VKACT_TENSOR_DATA_TYPE_BFLOAT16": BFLOAT16,
 }
 _NAMES = {dtype: name for name, dtype in DATA_TYPES.items()}
+#: Short names a caller may give for a DataType its arrays' dtype cannot say (see from_array).
+_ALIASES = {"bfloat16": "VKACT_TENSOR_DATA_TYPE_BFLOAT16", "BF16": "VKACT_TENSOR_DATA_TYPE_BFLOAT16"}
+RAW_BFLOAT16 = np.dtype("<u2")  # bfloat16 as its bits, where ml_dtypes is not installed
 
 #: A strided view is packed when its span is more than this many times its elements' bytes: copying
 #: is cheaper than sending (and having the service read) the gaps, and it keeps clear of 413s.
@@ -76,11 +82,15 @@ class Tensor:
         return span_bytes(self.dtype.itemsize, tuple(self.desc["Sizes"]), self.desc.get("Strides"))
 
 
-def from_array(array: Any) -> Tensor:
+def from_array(array: Any, data_type: Optional[str] = None) -> Tensor:
     """The descriptor and buffer that carry ``array`` (0-d arrays become shape (1,), as DirectML has no
     scalars). Plain Python numbers and lists become float32: numpy would pick float64, which few
-    DirectML operators take; numpy arrays keep their dtype."""
+    DirectML operators take; numpy arrays keep their dtype. ``data_type`` names the DataType where the
+    dtype cannot: "bfloat16" for raw bfloat16 bits in a uint16 array (numpy has no bfloat16; an
+    ml_dtypes.bfloat16 array says it itself)."""
     a = np.asarray(array)
+    if data_type is not None:
+        a = _as_data_type(a, data_type)
     if not isinstance(array, (np.ndarray, np.generic)) and a.dtype == np.float64:
         a = a.astype(np.float32)
     data_type = data_type_name(a.dtype)
@@ -107,6 +117,16 @@ def from_array(array: Any) -> Tensor:
         desc["Strides"] = list(strides)
     desc["TotalTensorSizeInBytes"] = total
     return Tensor(desc, raw, a.dtype)
+
+
+def _as_data_type(a: np.ndarray, data_type: str) -> np.ndarray:
+    """``a`` viewed as ``data_type``'s dtype: the same dtype already, or raw bits of its width."""
+    dtype = dtype_of(_ALIASES.get(data_type, data_type))
+    if a.dtype == dtype:
+        return a
+    if dtype == BFLOAT16 and a.dtype.newbyteorder("<") == RAW_BFLOAT16:
+        return a.astype(RAW_BFLOAT16, copy=False).view(BFLOAT16)
+    raise TypeError(f"data_type {data_type} takes arrays of {dtype}" + (" or raw bits as uint16" if dtype == BFLOAT16 else "") + f", not {a.dtype}")
 
 
 def _element_strides(a: np.ndarray) -> Optional[tuple[int, ...]]:

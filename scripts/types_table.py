@@ -22,8 +22,10 @@ from service.operators import OPERATORS, short_name  # noqa: E402
 
 BEGIN = "<!-- types-table: written by scripts/types_table.py from the operator registry; do not edit -->"
 END = "<!-- types-table: end -->"
-COLUMNS = [DataType.FLOAT32, DataType.FLOAT16, DataType.FLOAT64, DataType.INT8, DataType.INT16, DataType.INT32,
-           DataType.INT64, DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64]
+#: Every DataType (test_readme checks none is missing): the floats, BFLOAT16 (vkact's, not DirectML's) beside
+#: FLOAT16, then the integers by width.
+COLUMNS = [DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16, DataType.FLOAT64, DataType.INT8, DataType.INT16,
+           DataType.INT32, DataType.INT64, DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64]
 
 
 def cell(op, t: DataType, features: frozenset[str] | None) -> str:

@@ -104,7 +104,7 @@ def _docstring(op: type[OperatorDesc], inputs: list[str], params: list[str], ind
         else:
             lines.append(f"    {name}: {field}" + (f", default {defaults[field]!r}." if field in defaults else " (required)."))
     lines += [
-        "    **options: in_place, feature_level, encoding, output_strides; see ``execute``.",
+        "    **options: in_place, feature_level, encoding, output_strides, data_type; see ``execute``.",
         "",
         "Returns:",
         f"    {op.output_field} as a numpy array (an awaitable of one on AsyncClient).",
@@ -161,7 +161,7 @@ def render(operators: Iterable[type[OperatorDesc]] = OPERATORS.values()) -> str:
         "        def execute(",
         "            self, operator: Union[str, Mapping[str, Any]], *arrays: npt.ArrayLike,",
         "            params: Optional[Mapping[str, Any]] = None, in_place: bool = False, feature_level: Any = None,",
-        "            encoding: Any = None, output_strides: Optional[Sequence[int]] = None,",
+        "            encoding: Any = None, output_strides: Optional[Sequence[int]] = None, data_type: Optional[str] = None,",
         "        ) -> _R: ...",
         "",
     ]

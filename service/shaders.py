@@ -92,8 +92,9 @@ def all_variants() -> list[Variant]:
 
     variants = []
     for op in OPERATORS.values():
-        # every accepted type's native variant and, where the shader has it, its emulated one: the
-        # device picks among them (OperatorDesc.shader_dtype), and glslang needs no device
+        # every accepted type's native variant (BFLOAT16 and the 64-bit types included) and, where the
+        # shader has it, its emulated one: the device picks among them (OperatorDesc.shader_dtype), and
+        # glslang needs no device
         accepted = op.accepted_types()
         dtypes = sorted({t.info.shader for t in accepted} | {t.info.emulated for t in op.emulated_types & accepted if t.info.emulated})
         unrolls = REDUCTION_UNROLLS if op.kind == "reduction" else (1,)

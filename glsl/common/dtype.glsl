@@ -1,6 +1,7 @@
-// Storage of each data type. Elements live in 32-bit words (uint buffers): FLOAT16 is two halves per
-// word, converted with explicit round-to-nearest-even; a 64-bit element is two words, low word first.
-// Defines per variant: DTYPE_F32, DTYPE_F16, DTYPE_I32/I16/I8, DTYPE_U32/U16/U8, and the 64-bit ones:
+// Storage of each data type. Elements live in 32-bit words (uint buffers): FLOAT16 and BFLOAT16 are two
+// halves per word, converted with explicit round-to-nearest-even; a 64-bit element is two words, low
+// word first. Defines per variant: DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_I32/I16/I8, DTYPE_U32/U16/U8,
+// and the 64-bit ones:
 //   DTYPE_F64, DTYPE_I64, DTYPE_U64   native: ELEM_T double / int64_t / uint64_t. The device must have
 //                                      shaderFloat64 / shaderInt64 enabled (the patched kp enables them
 //                                      where reported; service/descriptors/datatypes.py picks the variant).
@@ -15,7 +16,7 @@
 //   #elif defined(DTYPE_I64_EMU) || defined(DTYPE_U64_EMU)
 //   uvec2 activate(uvec2 x) { ... }                                   // INT64/UINT64 in 32-bit words
 //   #elif !defined(DTYPE_INT)
-//   float activate(float x) { ... }                                    // FLOAT32, FLOAT16
+//   float activate(float x) { ... }                                    // FLOAT32, FLOAT16, BFLOAT16
 //   #else
 //   ELEM_T activate(ELEM_T x) { ... }                                  // integers, INT64/UINT64 native too
 //   #endif
@@ -67,10 +68,18 @@ uint f32_to_f16(float f) {
     return sign | q;
 }
 
+// BFLOAT16 is the top half of a float32: widening is exact; narrowing rounds to nearest, ties to even
+// (overflow to infinity included), and a NaN stays a NaN, made quiet, its sign kept.
+uint f32_to_bf16(float f) {
+    uint x = floatBitsToUint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (x >> 16) | 0x40u;
+    return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+}
+
 // Every data type lives in 32-bit words (uint storage): 1, 2 or 4 elements per word, or one element
-// in two words (BITS_T uvec2). ELEM_T is what a formula computes in: float for FLOAT32/FLOAT16, int or
-// uint for the integer types (wider than the element, so a formula's result wraps when to_bits keeps
-// the low ELEM_BITS bits), double/int64_t/uint64_t/uvec2 for the 64-bit types.
+// in two words (BITS_T uvec2). ELEM_T is what a formula computes in: float for FLOAT32, FLOAT16 and
+// BFLOAT16, int or uint for the integer types (wider than the element, so a formula's result wraps
+// when to_bits keeps the low ELEM_BITS bits), double/int64_t/uint64_t/uvec2 for the 64-bit types.
 #if defined(DTYPE_F64)
     #define DTYPE_64BIT
     #define ELEM_T double
@@ -107,6 +116,11 @@ uint f32_to_f16(float f) {
     #define ELEM_BITS 16
     float from_bits(uint b) { return f16_to_f32(b); }
     uint to_bits(float v) { return f32_to_f16(v); }
+#elif defined(DTYPE_BF16)
+    #define ELEM_T float
+    #define ELEM_BITS 16
+    float from_bits(uint b) { return uintBitsToFloat(b << 16); }
+    uint to_bits(float v) { return f32_to_bf16(v); }
 #elif defined(DTYPE_I32) || defined(DTYPE_I16) || defined(DTYPE_I8)
     #define DTYPE_INT
     #define DTYPE_SIGNED

@@ -20,11 +20,12 @@
 // the ragged ends element by element. LAYOUT_STRIDED: sizes and strides come from the meta table, for
 // the row index (outer dimensions) and the in-row index (inner, reduced, dimensions) separately.
 //
-// Data types (DTYPE_F32, DTYPE_F16, DTYPE_F64): storage is 32-bit words; FLOAT16 is two halves per word,
-// math is fp32 (REAL_T float). A word that holds elements of two rows (FLOAT16 row ends, strided outputs)
-// is written with atomics on its own half only. FLOAT64 (native only: shaderFloat64) is two words per
-// element and REAL_T double: the states below in double; the (max, sum) state calls
-// double exp_nonpos(double x, double lo), declared here and defined by the .comp (f64math.glsl).
+// Data types (DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64): storage is 32-bit words; FLOAT16 and
+// BFLOAT16 are two halves per word (from_bits/to_bits of dtype.glsl), math is fp32 (REAL_T float). A
+// word that holds elements of two rows (16-bit row ends, strided outputs) is written with atomics on its
+// own half only. FLOAT64 (native only: shaderFloat64) is two words per element and REAL_T double: the
+// states below in double; the (max, sum) state calls double exp_nonpos(double x, double lo), declared
+// here and defined by the .comp (f64math.glsl).
 //
 // The operator's .comp defines REDUCE_ARGMAX (hardmax) or not (max and sum: softmax, log-softmax),
 // PREP_T, and after including this file:
@@ -36,7 +37,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#include "dtype.glsl"   // f16_to_f32, f32_to_f16
+#include "dtype.glsl"   // from_bits, to_bits
 
 #define MAX_DIMS 8u
 
@@ -85,17 +86,17 @@ void store_elem(uint e, double v) {
 #define UNIT_LEN 4u
 float load_elem(uint e) { return uintBitsToFloat(IN_WORD(e)); }
 void store_elem(uint e, float v) { OUT_WORD(e) = floatBitsToUint(v); }
-#elif defined(DTYPE_F16)
+#elif defined(DTYPE_F16) || defined(DTYPE_BF16)
 #define UNIT_LEN 8u
-float load_elem(uint e) { return f16_to_f32((IN_WORD(e >> 1) >> ((e & 1u) * 16u)) & 0xffffu); }
+float load_elem(uint e) { return from_bits((IN_WORD(e >> 1) >> ((e & 1u) * 16u)) & 0xffffu); }
 void store_elem(uint e, float v) {
     // The other half may belong to another row (or to padding): update only ours, atomically.
     uint shift = (e & 1u) * 16u;
     atomicAnd(OUT_WORD(e >> 1), ~(0xffffu << shift));
-    atomicOr(OUT_WORD(e >> 1), f32_to_f16(v) << shift);
+    atomicOr(OUT_WORD(e >> 1), to_bits(v) << shift);
 }
 #else
-#error "define DTYPE_F32, DTYPE_F16 or DTYPE_F64"
+#error "define DTYPE_F32, DTYPE_F16, DTYPE_BF16 or DTYPE_F64"
 #endif
 #ifndef REAL_T
 #define REAL_T float
@@ -292,7 +293,7 @@ REAL_T unit_elem(uvec4 w, uint k) {
 #elif defined(DTYPE_F32)
     return uintBitsToFloat(w[k]);
 #else
-    return f16_to_f32((w[k >> 1] >> ((k & 1u) * 16u)) & 0xffffu);
+    return from_bits((w[k >> 1] >> ((k & 1u) * 16u)) & 0xffffu);
 #endif
 }
 
@@ -305,8 +306,8 @@ void acc_unit(inout ACC_T acc, Span s, uint u) {
 #elif defined(DTYPE_F32)
     acc_add4(acc, uintBitsToFloat(w), i);
 #else
-    acc_add4(acc, vec4(f16_to_f32(w.x & 0xffffu), f16_to_f32(w.x >> 16), f16_to_f32(w.y & 0xffffu), f16_to_f32(w.y >> 16)), i);
-    acc_add4(acc, vec4(f16_to_f32(w.z & 0xffffu), f16_to_f32(w.z >> 16), f16_to_f32(w.w & 0xffffu), f16_to_f32(w.w >> 16)), i + 4u);
+    acc_add4(acc, vec4(from_bits(w.x & 0xffffu), from_bits(w.x >> 16), from_bits(w.y & 0xffffu), from_bits(w.y >> 16)), i);
+    acc_add4(acc, vec4(from_bits(w.z & 0xffffu), from_bits(w.z >> 16), from_bits(w.w & 0xffffu), from_bits(w.w >> 16)), i + 4u);
 #endif
 }
 
@@ -330,11 +331,11 @@ void accumulate(uint row, uint lane, uint lanes, inout ACC_T acc) {
     }
 }
 
-#if defined(DTYPE_F16)
+#if defined(DTYPE_F16) || defined(DTYPE_BF16)
 uint result_pair(uint w, uint i, PREP_T p) {
-    float lo = result(f16_to_f32(w & 0xffffu), i, p);
-    float hi = result(f16_to_f32(w >> 16), i + 1u, p);
-    return f32_to_f16(lo) | (f32_to_f16(hi) << 16);
+    float lo = result(from_bits(w & 0xffffu), i, p);
+    float hi = result(from_bits(w >> 16), i + 1u, p);
+    return to_bits(lo) | (to_bits(hi) << 16);
 }
 #endif
 
@@ -354,7 +355,7 @@ void write_unit(Span s, uint u, PREP_T p) {
 #if defined(DTYPE_F32)
         o[k] = floatBitsToUint(y);
 #else
-        o[k >> 1] |= f32_to_f16(y) << ((k & 1u) * 16u);
+        o[k >> 1] |= to_bits(y) << ((k & 1u) * 16u);
 #endif
     }
     out_units[s.first_unit + u] = o;

@@ -40,7 +40,7 @@ def operator_entry(op: type[OperatorDesc], features: frozenset[str] | None = Non
             }
             for step in op.support.steps
         ],
-        # every accepted type (DirectML's at the implemented level, and ONNX's beyond) this device runs
+        # every accepted type (DirectML's at the implemented level, and ONNX's beyond: 64-bit, BFLOAT16) this device runs
         "data_types_on_device": sorted(t.value for t, define in served.items() if define),
         # the accepted types with no kernel on this device, and the device feature that it lacks
         "data_types_without_kernel": [

@@ -103,7 +103,7 @@ def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tupl
     for name, desc in zip(op.input_fields, op.inputs):
         field = f"Inputs.{name}"
         _check_covered(req.Inputs[name], desc, name)
-        buffers.append(decode_data(req.Inputs[name], dtype, desc.total_bytes, desc.span_bytes(), field, slices.get(field)))
+        buffers.append(decode_data(req.Inputs[name], dtype, desc.total_bytes, desc.span_bytes(), field, slices.get(field), op.data_type.value))
     encoding = req.ResponseEncoding or (Encoding.BINARY if len(tail) or slices else encoding_of(entries[0][1], entries[0][0]))
     binary = None
     if len(slices) == len(entries):  # where binary_slices cut each input, in the descriptor's order

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from client.codec import HEADER_LENGTH, CodecError, frame_parts
+from client.json_values import decode_values
 
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, descriptor_error, parse_operator, short_name
@@ -22,7 +23,6 @@ from .json_text import load_header
 from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
 
 RESERVED = {"sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
-NONFINITE = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
 
 
 Shape = list[Annotated[int, Field(strict=True, ge=0)]]
@@ -128,6 +128,8 @@ def build_operator(model: type[OperatorDesc], req: InferenceRequest, max_tensor_
         if dml is None:
             known = "no DirectML tensor has" if tensor.datatype in NOT_TENSOR_TYPES else "unknown datatype"
             raise InvalidRequest(f"{known} {tensor.datatype!r}; {model.type_name()} takes {', '.join(datatypes(model))}", f"{name}.datatype")
+        if dml not in model.accepted_types():  # said in the protocol's names, not the descriptor layer's
+            raise InvalidRequest(f"{model.type_name()} does not take {tensor.datatype}; it takes {', '.join(datatypes(model))}", f"{name}.datatype")
         desc[name] = {"DataType": dml.value, "Sizes": tensor.shape}
     fields = param_fields(model)
     for key, value in (req.parameters or {}).items():
@@ -161,68 +163,13 @@ def build_operator(model: type[OperatorDesc], req: InferenceRequest, max_tensor_
 # -- the input tensors -------------------------------------------------------------------------------
 
 
-def _flat_numbers(data: list, dtype: np.dtype, field: str) -> np.ndarray:
-    """The slow path, for lists numpy cannot take at once: numbers, or NaN/Infinity/-Infinity as strings
-    for floating types; anything else (booleans, null, numeric strings, ragged nesting) is refused.
-    Iterative, so no nesting depth can exhaust the stack."""
-    shape, probe = [], data
-    while isinstance(probe, list):  # the shape the first elements imply; every list must agree with it
-        shape.append(len(probe))
-        probe = probe[0] if probe else None
-    flat: list = []
-    stack: list[tuple[Any, int]] = [(data, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, list):
-            if depth >= len(shape) or len(item) != shape[depth]:
-                raise InvalidRequest("nested data must be rectangular (row-major, every row of one length)", field)
-            stack.extend((x, depth + 1) for x in reversed(item))
-        elif depth != len(shape):
-            raise InvalidRequest("nested data must be rectangular (row-major, every row of one length)", field)
-        elif type(item) in (int, float) or (dtype.kind == "f" and isinstance(item, str) and item in NONFINITE):
-            flat.append(NONFINITE.get(item, item) if isinstance(item, str) else item)
-        else:
-            raise InvalidRequest(f"{item!r} is not a number of datatype {dtype}", field)
-    if dtype.kind in "iu":
-        return _integers(np.array(flat, dtype=object), dtype, field)
-    return np.array(flat, np.float64)
-
-
-def _integers(values: np.ndarray, dtype: np.dtype, field: str) -> np.ndarray:
-    """Whole numbers within the integer type's range, as that type (never wrapped silently)."""
-    if values.size == 0:
-        return values.astype(dtype)
-    if values.dtype == object:
-        whole = all(not isinstance(v, float) or v.is_integer() for v in values.flat)
-    else:
-        whole = values.dtype.kind in "iu" or bool(np.all(values == np.trunc(values)))
-    if not whole:
-        raise InvalidRequest(f"data of datatype {dtype} must hold whole numbers", field)
-    info = np.iinfo(dtype)
-    low, high = values.min(), values.max()
-    if low < info.min or high > info.max:
-        raise InvalidRequest(f"values must lie in {info.min}..{info.max} for this datatype; got {low}..{high}", field)
-    return values.astype(dtype)
-
-
-def json_tensor(data: Any, dtype: np.dtype, count: int, field: str) -> np.ndarray:
-    """The elements of a JSON ``data`` value (flat or nested, row-major) as ``dtype``."""
-    if not isinstance(data, list):
-        raise InvalidRequest("data must be a list of numbers, flat or nested", field)
-    try:
-        values = np.asarray(data)
-    except ValueError:  # ragged nesting
-        values = None
-    if values is None or values.dtype.kind not in "iuf":
-        if values is not None and values.dtype.kind == "b":
-            raise InvalidRequest(f"booleans are not numbers of datatype {dtype}", field)
-        values = _flat_numbers(data, dtype, field)
-    elif dtype.kind in "iu":
-        values = _integers(values, dtype, field)
+def json_tensor(data: Any, dtype: np.dtype, count: int, field: str, datatype: str) -> np.ndarray:
+    """The elements of a JSON ``data`` value (flat or nested, row-major) as ``dtype``, each exact or a
+    400 naming ``datatype`` (client.json_values)."""
+    values = decode_values(data, dtype, field, datatype)
     if values.size != count:
         raise InvalidRequest(f"data holds {values.size} values; the shape holds {count}", field)
-    with np.errstate(over="ignore"):  # out of FP16's range is +-inf, as a cast in any framework
-        return np.ascontiguousarray(values, dtype).reshape(-1)
+    return values
 
 
 def padded(data: np.ndarray | memoryview, total_bytes: int) -> np.ndarray:
@@ -246,7 +193,7 @@ def _int_param(params: dict, key: str, field: str, default: int | None = None) -
 def json_input(op: OperatorDesc, tensor: RequestInput, i: int) -> np.ndarray:
     """The buffer of an input sent as JSON data (its name is one of the operator's: build_operator checked)."""
     desc = getattr(op, tensor.name)
-    return padded(json_tensor(tensor.data, desc.DataType.info.numpy, prod(desc.Sizes), f"inputs[{i}].data"), desc.total_bytes)
+    return padded(json_tensor(tensor.data, desc.DataType.info.numpy, prod(desc.Sizes), f"inputs[{i}].data", tensor.datatype), desc.total_bytes)
 
 
 def json_inputs(op: OperatorDesc, req: InferenceRequest) -> dict[str, np.ndarray]:

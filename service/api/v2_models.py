@@ -15,7 +15,8 @@ from .metrics import MODEL_VERSION
 
 PLATFORM = "vkact_directml"
 
-#: The protocol's tensor data types that name a DML_TENSOR_DATA_TYPE.
+#: The protocol's tensor data types that name a DML_TENSOR_DATA_TYPE; BF16 is vkact's BFLOAT16 (DirectML
+#: has none), for the operators ONNX defines bfloat16 for.
 V2_TO_DML: dict[str, DataType] = {
     "FP32": DataType.FLOAT32,
     "FP16": DataType.FLOAT16,
@@ -28,10 +29,12 @@ V2_TO_DML: dict[str, DataType] = {
     "UINT16": DataType.UINT16,
     "UINT32": DataType.UINT32,
     "UINT64": DataType.UINT64,
+    "BF16": DataType.BFLOAT16,
 }
 DML_TO_V2: dict[DataType, str] = {dml: v2 for v2, dml in V2_TO_DML.items()}
-_DML_NAME = re.compile(r"\bDML_TENSOR_DATA_TYPE_[A-Z0-9]+\b")
-NOT_TENSOR_TYPES = ("BOOL", "BYTES", "BF16")  # the protocol has them; DirectML's activations do not
+#: The descriptor layer's data type names (DirectML's, and vkact's BFLOAT16), which oip_names rewrites.
+_DML_NAME = re.compile(r"\b(?:DML|VKACT)_TENSOR_DATA_TYPE_[A-Z0-9]+\b")
+NOT_TENSOR_TYPES = ("BOOL", "BYTES")  # the protocol has them; DirectML's activations do not
 
 #: Model metadata shows one variable dimension; any shape of 1 to 8 dimensions is accepted (the
 #: parameters say so: "dimension_counts").

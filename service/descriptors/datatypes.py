@@ -9,6 +9,8 @@ from enum import Enum
 
 import numpy as np
 
+from client.json_values import BFLOAT16 as _BFLOAT16
+
 
 class DataType(str, Enum):
     """DML_TENSOR_DATA_TYPE, by its DirectML name (the JSON value)."""
@@ -24,6 +26,8 @@ class DataType(str, Enum):
     FLOAT64 = "DML_TENSOR_DATA_TYPE_FLOAT64"
     UINT64 = "DML_TENSOR_DATA_TYPE_UINT64"
     INT64 = "DML_TENSOR_DATA_TYPE_INT64"
+    #: Not DirectML's (DirectML has no bfloat16): vkact's name for ONNX's bfloat16 on /v1 (/v2: BF16).
+    BFLOAT16 = "VKACT_TENSOR_DATA_TYPE_BFLOAT16"
 
     @property
     def info(self) -> DataTypeInfo:
@@ -44,7 +48,7 @@ class DataType(str, Enum):
 
 @dataclass(frozen=True)
 class DataTypeInfo:
-    dml_value: int        # the enum's value in DirectML.h
+    dml_value: int | None  # the enum's value in DirectML.h; None: not a DirectML type
     numpy: np.dtype
     size: int             # bytes per element
     shader: str           # the DTYPE_* define of the (native) shader variant (glsl/common/dtype.glsl)
@@ -81,6 +85,7 @@ _INFO: dict[DataType, DataTypeInfo] = {
     DataType.FLOAT64: DataTypeInfo(9, np.dtype("<f8"), 8, "F64", "shaderFloat64", "F64_EMU"),
     DataType.UINT64: DataTypeInfo(10, np.dtype("<u8"), 8, "U64", "shaderInt64", "U64_EMU"),
     DataType.INT64: DataTypeInfo(11, np.dtype("<i8"), 8, "I64", "shaderInt64", "I64_EMU"),
+    DataType.BFLOAT16: DataTypeInfo(None, _BFLOAT16, 2, "BF16"),  # ml_dtypes.bfloat16 (a service dependency)
 }
 
 #: The device features that vkact's kernels use where the device reports them (the patched kp enables

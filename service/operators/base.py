@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport, packed_strides
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
+from client.json_values import BFLOAT16, float64_to_bfloat16
+
 from .numerics import flush_subnormal
 from ..errors import DescriptorError, UnsupportedOnDevice
 
@@ -123,6 +125,8 @@ class OperatorDesc(BaseModel):
             result = np.asarray(model.formula(*(np.asarray(x, dtype=np.float64) for x in inputs)), dtype=np.float64)
             if dtype.kind in "iu":  # truncate toward zero, then wrap to the type (modulo 2^bits)
                 return np.trunc(result).astype(np.int64).astype(dtype)
+            if dtype == BFLOAT16:  # one rounding from float64 (ml_dtypes' cast rounds through float32 first)
+                return float64_to_bfloat16(result).view(dtype)
             return result.astype(dtype)
 
     @model_validator(mode="after")
@@ -155,17 +159,21 @@ class OperatorDesc(BaseModel):
     # The 64-bit types whose emulated variant (DTYPE_*_EMU, 32-bit words) its shader has: served on a
     # device without the native variant's feature (datatypes.py DataTypeInfo.variant).
     emulated_types: ClassVar[frozenset[DataType]] = frozenset()
+    #: ONNX defines its counterpart for bfloat16 (onnx.defs type constraints; tests/conformance checks):
+    #: BFLOAT16 is then accepted with FLOAT32, stored as bfloat16, computed in float32.
+    onnx_bfloat16: ClassVar[bool] = True
 
     @classmethod
     def accepted_types(cls) -> frozenset[DataType]:
         step = cls.support.at(IMPLEMENTED_LEVEL)
-        return (step.data_types if step else frozenset()) | cls.extra_types
+        types = (step.data_types if step else frozenset()) | cls.extra_types
+        return types | {DataType.BFLOAT16} if cls.onnx_bfloat16 and DataType.FLOAT32 in types else types
 
     @classmethod
     def served_types(cls, features: frozenset[str]) -> dict[DataType, str | None]:
         """Each accepted type's shader variant (DTYPE_* define) on a device whose kernels may use
         ``features``, or None where it has none there (DataTypeInfo.missing says why)."""
-        return {t: t.info.variant(features, t in cls.emulated_types) for t in sorted(cls.accepted_types(), key=lambda t: t.info.dml_value)}
+        return {t: t.info.variant(features, t in cls.emulated_types) for t in sorted(cls.accepted_types(), key=list(DataType).index)}
 
     def shader_dtype(self, features: frozenset[str]) -> str:
         """The DTYPE_* define of the variant this descriptor runs; UnsupportedOnDevice (422) naming the

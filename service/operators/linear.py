@@ -16,6 +16,7 @@ class Linear(ActivationDesc):
     """
 
     Type: Literal["DML_OPERATOR_ACTIVATION_LINEAR"] = "DML_OPERATOR_ACTIVATION_LINEAR"
+    onnx_bfloat16: ClassVar[bool] = False  # no ONNX operator
     Alpha: Scalar = 1.0
     Beta: Scalar = 0.0
 

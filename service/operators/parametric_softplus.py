@@ -16,6 +16,7 @@ class ParametricSoftplus(ActivationDesc):
     """
 
     Type: Literal["DML_OPERATOR_ACTIVATION_PARAMETRIC_SOFTPLUS"] = "DML_OPERATOR_ACTIVATION_PARAMETRIC_SOFTPLUS"
+    onnx_bfloat16: ClassVar[bool] = False  # no ONNX operator
     Alpha: Scalar = 1.0
     Beta: Scalar = 1.0
 

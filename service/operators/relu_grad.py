@@ -13,6 +13,7 @@ class ReluGrad(OperatorDesc):
     signed integers (native where the device has shaderInt64, else in 32-bit words)."""
 
     Type: Literal["DML_OPERATOR_ACTIVATION_RELU_GRAD"] = "DML_OPERATOR_ACTIVATION_RELU_GRAD"
+    onnx_bfloat16: ClassVar[bool] = False  # no ONNX operator
     InputTensor: TensorDesc
     InputGradientTensor: TensorDesc
     OutputGradientTensor: Optional[TensorDesc] = None

@@ -14,6 +14,7 @@ class ScaledTanh(ActivationDesc):
     """
 
     Type: Literal["DML_OPERATOR_ACTIVATION_SCALED_TANH"] = "DML_OPERATOR_ACTIVATION_SCALED_TANH"
+    onnx_bfloat16: ClassVar[bool] = False  # no ONNX operator
     Alpha: Scalar = 1.0
     Beta: Scalar = 0.5
 

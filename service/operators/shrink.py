@@ -29,6 +29,7 @@ class Shrink(ActivationDesc):
     """
 
     Type: Literal["DML_OPERATOR_ACTIVATION_SHRINK"] = "DML_OPERATOR_ACTIVATION_SHRINK"
+    onnx_bfloat16: ClassVar[bool] = False  # ONNX's Shrink has no bfloat16 (onnx.defs)
     Bias: Scalar = 0.0
     Threshold: Scalar = 0.5
 

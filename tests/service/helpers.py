@@ -34,7 +34,8 @@ def decode_response(response, dtype) -> np.ndarray:
         if isinstance(data, dict):
             raw = np.frombuffer(base64.b64decode(data["base64"]), np.uint8)
         else:
-            values = np.array([float(v) if not isinstance(v, str) else float(v.replace("Infinity", "inf")) for v in data], dtype)
+            # JSON integers as they are (exact at 64 bits; float() would round past 2^53)
+            values = np.array([v if not isinstance(v, str) else float(v.replace("Infinity", "inf")) for v in data], dtype)
             raw = np.zeros(head["OutputTensor"]["TotalTensorSizeInBytes"], np.uint8)
             raw[: values.nbytes] = values.view(np.uint8)
     desc = head["OutputTensor"]

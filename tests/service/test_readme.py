@@ -73,4 +73,7 @@ def test_the_data_type_table_is_current():
     spec = importlib.util.spec_from_file_location("types_table", Path(__file__).resolve().parents[2] / "scripts" / "types_table.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    from service.descriptors import DataType
+
+    assert sorted(module.COLUMNS) == sorted(DataType), "a data type without its column"
     assert f"{module.BEGIN}\n{module.table()}\n{module.END}" in README, "run: python scripts/types_table.py"

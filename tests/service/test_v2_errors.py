@@ -79,8 +79,8 @@ def test_tritonclient_surfaces_the_servers_messages(tc, http):
     raises(lambda: tc.infer("relu", [one_input(), one_input()]), "400", "given twice")
     raises(lambda: tc.infer("relu", [one_input("X")]), "400", "unexpected input 'X'")
     raises(lambda: tc.infer("relu", [one_input()], outputs=[triton.InferRequestedOutput("Y")]), "400", "unknown output 'Y'", "OutputTensor")
-    raises(lambda: tc.infer("softsign", [one_input(datatype="UINT8", array=X.astype(np.uint8))]), "400", "InputTensor.DataType", "does not support")
-    raises(lambda: tc.infer("celu", [one_input(datatype="INT64", array=X.astype(np.int64))]), "400", "InputTensor.DataType", "does not support")
+    raises(lambda: tc.infer("softsign", [one_input(datatype="UINT8", array=X.astype(np.uint8))]), "400", "InputTensor.datatype", "does not take UINT8; it takes FP32, FP16, FP64, BF16")
+    raises(lambda: tc.infer("celu", [one_input(datatype="INT64", array=X.astype(np.int64))]), "400", "InputTensor.datatype", "does not take INT64")
     raises(lambda: tc.infer("shrink", [one_input(datatype="BOOL", array=X > 0)]), "400", "BOOL")
     raises(lambda: tc.infer("relu", [one_input()], sequence_id=3), "400", "stateless")
     assert_still_serving(http)
@@ -253,7 +253,7 @@ def test_data_types_are_named_as_the_protocol_names_them(server, http):
         return {"inputs": [{"name": name, "datatype": datatype, "shape": [2], "data": [1, 2]} for name, datatype in tensors]}
 
     cases = [
-        ("softsign", infer_body(("InputTensor", "INT32")), "does not support INT32; it supports FP16, FP32"),
+        ("softsign", infer_body(("InputTensor", "INT32")), "does not take INT32; it takes FP32, FP16, FP64, BF16"),
         ("relu_grad", infer_body(("InputTensor", "FP32"), ("InputGradientTensor", "FP16")),
          "InputGradientTensor.DataType must equal InputTensor.DataType (FP32), got FP16"),
     ]
