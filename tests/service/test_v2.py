@@ -94,7 +94,10 @@ def test_every_operator_is_a_model(tc, model):
     assert [i["name"] for i in meta["inputs"]] == list(op.input_fields)
     assert [o["name"] for o in meta["outputs"]] == [op.output_field]
     assert all(t["datatype"] == "FP32" and t["shape"] == [-1] for t in meta["inputs"] + meta["outputs"])
-    assert meta["parameters"]["datatypes"].split(",") == datatypes(op)
+    # every accepted type: served on this device, or refused with the device feature it lacks
+    served = meta["parameters"]["datatypes"].split(",")
+    refused = [t.split(" (")[0] for t in meta["parameters"].get("datatypes_refused", "").split(",") if t]
+    assert served == [t for t in datatypes(op) if t not in refused] and set(refused) <= set(datatypes(op))
     config = tc.get_model_config(model)
     assert config["max_batch_size"] == 0 and config["name"] == model
     assert [i["name"] for i in config["input"]] == list(op.input_fields)
