@@ -103,12 +103,16 @@ def test_every_operator_is_a_model(tc, model):
     assert meta["name"] == model and meta["versions"] == ["1"]
     assert [i["name"] for i in meta["inputs"]] == list(op.input_fields)
     assert [o["name"] for o in meta["outputs"]] == [op.output_field]
+    # every accepted type: served on this device, or refused with the device feature it lacks
+    served = meta["parameters"]["datatypes"].split(",")
+    refused = [t.split(" (")[0] for t in meta["parameters"].get("datatypes_refused", "").split(",") if t]
+    assert served == [t for t in datatypes(op) if t not in refused] and set(refused) <= set(datatypes(op))
     config = tc.get_model_config(model)
     batched = op.kind == "elementwise"  # the device worker batches elementwise models only
     assert (config["max_batch_size"] > 1) == batched and ("dynamic_batching" in config) == batched and config["name"] == model
     shape = [-1, -1] if batched else [-1]  # a batched model's leading dimension, as Triton shows it
     assert all(t["datatype"] == "FP32" and t["shape"] == shape for t in meta["inputs"] + meta["outputs"])
-    assert meta["parameters"]["datatypes"].split(",") == datatypes(op) and meta["parameters"]["dimension_counts"] == "1-8"
+    assert meta["parameters"]["dimension_counts"] == "1-8"
     assert config["parameters"]["datatypes"]["string_value"] == meta["parameters"]["datatypes"]
     assert [i["name"] for i in config["input"]] == list(op.input_fields)
     assert all(i["dims"] == [-1] and i["data_type"] == "TYPE_FP32" for i in config["input"] + config["output"])
