@@ -1,0 +1,214 @@
+"""DML graphs on the real device: the compiled plan (fused elementwise groups, softmax-family nodes as
+their own dispatches) gives answers bit-identical to the graph's nodes run one by one through
+``Engine.execute`` (the oracle), FLOAT16 included; the float64 references chained node by node are a
+sanity check. Pipelines are reused when only scalars change. Both memory modes (the engine fixture)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client.buffers import to_buffer, view
+from service.config import Settings
+from service.descriptors.graph import GraphDesc, parse_graph
+from service.graph_compiler import FusedStep, GraphCompiler, NodeStep
+from tests.graph_helpers import activation, chain, node_by_node
+from tests.helpers import tensor
+
+SIZES = (3, 5, 337)   # not a multiple of a 16-byte unit: the packed kernels' ragged tail
+
+
+@pytest.fixture(scope="module")
+def compiler() -> GraphCompiler:
+    return GraphCompiler(Settings())
+
+
+def sample(dtype, sizes=SIZES, seed=0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(sizes) * 3).astype(dtype)
+    flat = x.reshape(-1)
+    flat[:8] = [np.nan, np.inf, -np.inf, -0.0, 0.0, np.finfo(dtype).tiny / 4, 0.4, -0.4]  # subnormal, edges
+    return x
+
+
+def run_both(engine, compiler, graph: GraphDesc, arrays: list[np.ndarray]):
+    buffers = [to_buffer(a, d.Strides, d.total_bytes) for a, d in zip(arrays, (graph.input_desc(i) for i in range(graph.InputCount)))]
+    plan = compiler.compile(graph)
+    fused = engine.execute_graph(plan, buffers)
+    oracle = node_by_node(engine, graph, buffers)
+    return plan, fused, oracle
+
+
+def assert_bits_equal(fused: list[np.ndarray], oracle: list[np.ndarray]) -> None:
+    assert len(fused) == len(oracle)
+    for j, (a, b) in enumerate(zip(fused, oracle)):
+        diff = np.flatnonzero(a != b)
+        assert diff.size == 0, f"output {j}: {diff.size} bytes differ, first at byte {diff[0]}"
+
+
+def chained_reference(graph: GraphDesc, x: np.ndarray) -> np.ndarray:
+    for op in graph.operators:
+        x = op.reference(x)
+    return x
+
+
+def linear_tanh_shrink(dtype, alpha=1.7) -> GraphDesc:
+    return parse_graph(chain([
+        activation("LINEAR", dtype, SIZES, Alpha=alpha, Beta=-0.3),
+        activation("SCALED_TANH", dtype, SIZES, Alpha=1.3, Beta=0.9),
+        activation("SHRINK", dtype, SIZES, Bias=0.1, Threshold=0.4),
+    ]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_linear_scaled_tanh_shrink_is_one_dispatch_bit_identical(engine, compiler, dtype):
+    graph = linear_tanh_shrink(dtype)
+    x = sample(dtype)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    assert plan.fused and plan.dispatches == 1 and isinstance(plan.program.steps[0], FusedStep)
+    assert_bits_equal(fused, oracle)
+    y = view(fused[0], dtype, SIZES, None)
+    ref = chained_reference(graph, x)
+    finite = np.isfinite(ref)
+    assert np.array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_allclose(y[finite].astype(np.float64), ref[finite].astype(np.float64), rtol=0, atol=4 * float(np.finfo(dtype).eps) * 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_parameterized_relu_then_softmax1(engine, compiler, dtype):
+    sizes = (2, 3, 64)
+    graph = parse_graph({
+        "InputCount": 2, "OutputCount": 1,
+        "Nodes": [
+            {"Operator": activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor", "SlopeTensor"))},
+            {"Operator": activation("SOFTMAX1", dtype, sizes, Axes=[1, 2])},
+        ],
+        "InputEdges": [
+            {"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"},
+            {"GraphInputIndex": 1, "ToNodeIndex": 0, "ToNodeInputIndex": 1, "Name": "slope"},
+        ],
+        "IntermediateEdges": [{"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0}],
+        "OutputEdges": [{"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
+    })
+    x = sample(dtype, sizes)
+    x.reshape(-1)[:8] = np.linspace(-2, 2, 8)   # softmax: NaN/inf would make whole rows NaN
+    slope = (np.random.default_rng(1).random(sizes) * 0.5).astype(dtype)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x, slope])
+    assert plan.dispatches == 2 and isinstance(plan.program.steps[1], NodeStep)
+    assert_bits_equal(fused, oracle)
+    y = view(fused[0], dtype, sizes, None)
+    ref = graph.operators[1].reference(graph.operators[0].reference(x, slope))
+    np.testing.assert_allclose(y.astype(np.float64), ref.astype(np.float64), rtol=8 * float(np.finfo(dtype).eps), atol=1e-7)
+
+
+def shared_intermediate(dtype, sizes=SIZES) -> GraphDesc:
+    """x -> LINEAR (n0); n0 -> SIGMOID (n1) -> output "s"; PARAMETERIZED_RELU(n0, n1) (n2) -> output "p";
+    n0 is also output "l": one value read by two nodes and leaving the graph."""
+    return parse_graph({
+        "InputCount": 1, "OutputCount": 3,
+        "Nodes": [
+            {"Operator": activation("LINEAR", dtype, sizes, Alpha=-1.25, Beta=0.5)},
+            {"Operator": activation("SIGMOID", dtype, sizes)},
+            {"Operator": activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor", "SlopeTensor"))},
+        ],
+        "InputEdges": [{"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"}],
+        "IntermediateEdges": [
+            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0},
+            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 2, "ToNodeInputIndex": 0},
+            {"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "ToNodeIndex": 2, "ToNodeInputIndex": 1},
+        ],
+        "OutputEdges": [
+            {"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "s"},
+            {"FromNodeIndex": 2, "FromNodeOutputIndex": 0, "GraphOutputIndex": 1, "Name": "p"},
+            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "GraphOutputIndex": 2, "Name": "l"},
+        ],
+    })
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_two_outputs_and_a_shared_intermediate(engine, compiler, dtype):
+    graph = shared_intermediate(dtype)
+    assert graph.output_names() == ("s", "p", "l")
+    x = sample(dtype)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    step = plan.program.steps[0]
+    assert plan.dispatches == 1 and isinstance(step, FusedStep) and len(step.writes) == 3 and len(step.reads) == 1
+    assert_bits_equal(fused, oracle)
+
+
+def test_a_new_alpha_reuses_the_pipelines(engine, compiler):
+    """LINEAR -> SOFTMAX1 -> SHRINK: fused steps and a node step; a second Alpha and Threshold compile
+    to the same program and run on the same pipelines, with the new scalars' answer."""
+    dtype, sizes = np.float32, (4, 300)
+
+    def graph(alpha: float, threshold: float) -> GraphDesc:
+        return parse_graph(chain([
+            activation("LINEAR", dtype, sizes, Alpha=alpha, Beta=0.25),
+            activation("SOFTMAX1", dtype, sizes, Axes=[1]),
+            activation("SHRINK", dtype, sizes, Bias=0.001, Threshold=threshold),
+        ]))
+
+    x = sample(dtype, sizes)
+    x.reshape(-1)[:8] = 0.5
+    first, fused1, oracle1 = run_both(engine, compiler, graph(1.5, 0.002), [x])
+    assert_bits_equal(fused1, oracle1)
+    created, glslang_runs = engine.stats.pipelines_created, compiler.compiled
+    second = compiler.compile(graph(-3.0, 0.004))
+    assert second.program is first.program
+    fused2 = engine.execute_graph(second, [x.tobytes()])
+    assert engine.stats.pipelines_created == created and compiler.compiled == glslang_runs
+    assert not np.array_equal(fused1[0], fused2[0])
+    assert_bits_equal(fused2, node_by_node(engine, second.graph, [x.tobytes()]))
+
+
+def test_strided_and_broadcast_nodes_run_unfused_and_say_so(engine, compiler):
+    """A broadcast SlopeTensor has no packed layout: that node runs with its own kernel; the answer is
+    still the node-by-node one, and the plan notes why."""
+    dtype, sizes = np.float32, (6, 40)
+    slope_desc = tensor(dtype, sizes, (0, 1))
+    prelu = activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor",))
+    prelu["SlopeTensor"] = slope_desc
+    graph = parse_graph({
+        "InputCount": 2, "OutputCount": 1,
+        "Nodes": [{"Operator": activation("TANH", dtype, sizes)}, {"Operator": prelu}, {"Operator": activation("RELU", dtype, sizes)}],
+        "InputEdges": [
+            {"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"},
+            {"GraphInputIndex": 1, "ToNodeIndex": 1, "ToNodeInputIndex": 1, "Name": "slope"},
+        ],
+        "IntermediateEdges": [
+            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0},
+            {"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "ToNodeIndex": 2, "ToNodeInputIndex": 0},
+        ],
+        "OutputEdges": [{"FromNodeIndex": 2, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
+    })
+    x = sample(dtype, sizes)
+    slope = np.linspace(0.1, 0.9, sizes[1], dtype=dtype)
+    plan = compiler.compile(graph)
+    assert not plan.fused and "Nodes[1]" in plan.notes[0] and plan.dispatches == 3
+    inputs = [x.tobytes(), slope.tobytes()]
+    assert_bits_equal(engine.execute_graph(plan, inputs), node_by_node(engine, graph, inputs))
+
+
+def test_node_by_node_plan_gives_the_fused_answer(engine, compiler):
+    graph = linear_tanh_shrink(np.float16, alpha=-2.5)
+    x = to_buffer(sample(np.float16, seed=3), None, graph.input_desc(0).total_bytes)
+    unfused = compiler.compile(graph, fuse=False)
+    assert unfused.dispatches == 3 and all(isinstance(s, NodeStep) for s in unfused.program.steps)
+    assert_bits_equal(engine.execute_graph(unfused, [x]), engine.execute_graph(compiler.compile(graph), [x]))
+
+
+def test_a_shader_beyond_the_size_limit_runs_node_by_node(engine):
+    small = GraphCompiler(Settings(max_fused_shader_bytes=4096))
+    graph = linear_tanh_shrink(np.float32)
+    plan = small.compile(graph)
+    assert not plan.fused and "max_fused_shader_bytes" in plan.notes[0] and plan.dispatches == 3
+    x = sample(np.float32).tobytes()
+    assert_bits_equal(engine.execute_graph(plan, [x]), node_by_node(engine, graph, [x]))
+
+
+def test_wrong_input_size_is_refused(engine, compiler):
+    from service.errors import InvalidRequest
+
+    plan = compiler.compile(linear_tanh_shrink(np.float32))
+    with pytest.raises(InvalidRequest) as err:
+        engine.execute_graph(plan, [b"\0" * 8])
+    assert err.value.field == "x"
