@@ -125,7 +125,7 @@ and next to the same two MLServers' gRPC servers (messages up to 64 MiB), all me
   clients on 1,024-element requests (PASS or BELOW), judged on h2load's figures when h2load is there.
 """
 
-_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
+_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc|graphs): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
 
 
 @dataclass

@@ -255,6 +255,11 @@ class Engine:
                 op.check_execution(False, self.max_tensor_bytes)
             except UnsupportedOnDevice as exc:
                 raise UnsupportedOnDevice(exc.message, f"Graph.Nodes[{n}].Operator.{exc.field}") from None
+        return self.prepare_graph(plan).run(plan, inputs)
+
+    def prepare_graph(self, plan: GraphPlan) -> GraphRun:
+        """The buffers, pipelines and command buffer that ``execute_graph(plan, ...)`` runs, created on
+        first use and kept per program: what a benchmark times (``GraphRun.kernels``)."""
         key = plan.program.key
         run = self._graph_runs.get(key)
         if run is None:
@@ -264,7 +269,7 @@ class Engine:
         else:
             self._graph_runs.move_to_end(key)
         run.used = self._epoch
-        return run.run(plan, inputs)
+        return run
 
     def replayer(self, op: OperatorDesc, inputs: Sequence[Buffer], out: Buffer, key: Hashable, in_place: bool = False) -> Callable[[], float | None]:
         """``execute(op, inputs, out=out, key=key, in_place=in_place)`` to repeat on the same buffers

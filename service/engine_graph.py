@@ -141,15 +141,10 @@ class GraphRun:
         for words, nodes in self.params:
             for k, n in enumerate(nodes):
                 words[k * PARAM_WORDS : (k + 1) * PARAM_WORDS] = self._words(ops[n].shader_params(), PARAM_WORDS)
-        pushes = []
-        for _algorithm, step in self.dispatches:
-            if isinstance(step, FusedStep):
-                pushes.append(np.array([step.count, 0], np.uint32))
-            else:
-                pushes.append(self.engine.dispatch_shape(ops[step.node])[1])
+        pushes = self._pushes(plan)
         signature = tuple(p.tobytes() for p in pushes)
         if signature != self._recorded_for:
-            self._record(pushes)
+            self._record(self._seq, pushes, transfers=True)
             self._recorded_for = signature
         started = time.perf_counter()
         self._seq.eval()
@@ -167,16 +162,30 @@ class GraphRun:
         stats.bytes_out += sum(d.total_bytes for d in self.output_descs)
         return results
 
-    def _record(self, pushes: list[np.ndarray]) -> None:
-        seq = self._seq
+    def _pushes(self, plan: GraphPlan) -> list[np.ndarray]:
+        ops = plan.graph.operators
+        return [
+            np.array([step.count, 0], np.uint32) if isinstance(step, FusedStep) else self.engine.dispatch_shape(ops[step.node])[1]
+            for _algorithm, step in self.dispatches
+        ]
+
+    def _record(self, seq: kp.Sequence, pushes: list[np.ndarray], transfers: bool) -> None:
         seq.clear()
-        if self.engine.memory == "device":
+        if transfers and self.engine.memory == "device":
             seq.record(kp.OpTensorSyncDevice(self.uploads))
         for (algorithm, step), push in zip(self.dispatches, pushes):
             if isinstance(step, NodeStep) and self._ops[step.node].output.element_count == 0:
                 continue
             seq.record(kp.OpAlgoDispatch(algorithm, push))
-        seq.record(kp.OpTensorSyncLocal(self.downloads))
+        if transfers:
+            seq.record(kp.OpTensorSyncLocal(self.downloads))
+
+    def kernels(self, plan: GraphPlan) -> kp.Sequence:
+        """The plan's dispatches alone in one command buffer, on this run's buffers (the benchmark's
+        kernel time: no uploads or downloads; run ``execute_graph`` first for the parameters)."""
+        seq = self.engine.sequence()
+        self._record(seq, self._pushes(plan), transfers=False)
+        return seq
 
     def destroy(self) -> None:
         self._seq.destroy()
