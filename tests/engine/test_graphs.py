@@ -212,3 +212,22 @@ def test_wrong_input_size_is_refused(engine, compiler):
     with pytest.raises(InvalidRequest) as err:
         engine.execute_graph(plan, [b"\0" * 8])
     assert err.value.field == "x"
+
+
+def test_generated_shaders_fall_back_to_a_temp_dir(tmp_path, monkeypatch):
+    """A read-only image: neither the setting's directory nor the SPIR-V cache can be written, so the
+    generated shaders go under the system's temp dir (TMPDIR, writable in the restricted pod)."""
+    from service.graph_compiler import generated_cache_dir
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    settings = Settings(generated_shader_cache=blocked / "gen", spirv_cache=blocked / "spirv")
+    where = generated_cache_dir(settings)
+    assert where.parent == tmp_path / "tmp"
+    plan = GraphCompiler(settings).compile(linear_tanh_shrink(np.float32))
+    assert plan.fused and any(p.suffix == ".spv" for p in where.iterdir())
+    assert generated_cache_dir(Settings(generated_shader_cache=tmp_path / "mine")) == tmp_path / "mine"
