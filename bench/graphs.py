@@ -24,7 +24,12 @@ from service.graph_compiler import GraphCompiler
 from .kernels import VkBench
 from .timing import blocks, rounds
 
-CHAIN = ["LINEAR", "SCALED_TANH", "SHRINK", "SIGMOID", "ELU", "SOFTSIGN", "HARD_SIGMOID", "LEAKY_RELU"]
+# Two families: operators with a transcendental function (compute-bound on a CPU driver: fusing saves
+# the memory passes, not the maths), and cheap ones (near the copy ceiling alone: fusing saves nearly all).
+CHAINS = {
+    "exp/tanh": ["LINEAR", "SCALED_TANH", "SHRINK", "SIGMOID", "ELU", "SOFTSIGN", "HARD_SIGMOID", "LEAKY_RELU"],
+    "cheap": ["LINEAR", "RELU", "SHRINK", "LEAKY_RELU", "HARD_SIGMOID", "THRESHOLDED_RELU", "SOFTSIGN", "IDENTITY"],
+}
 LENGTHS = (1, 2, 4, 8)
 ROW = 1024
 TARGET = 1.25   # a chain of 4 within this many times its costliest node's kernel time
@@ -44,7 +49,8 @@ def _graph(kinds: list[str], sizes: list[int], params: dict[str, dict]) -> Graph
 
 def graphs(log2: int) -> dict[str, GraphDesc]:
     n = 1 << log2
-    out = {f"chain of {k}": _graph(CHAIN[:k], [n], {"LINEAR": {"Alpha": 0.5, "Beta": 0.1}}) for k in LENGTHS}
+    out = {f"{family} chain of {k}": _graph(kinds[:k], [n], {"LINEAR": {"Alpha": 0.5, "Beta": 0.1}})
+           for family, kinds in CHAINS.items() for k in LENGTHS}
     out["LINEAR -> SOFTMAX1 -> SHRINK"] = _graph(["LINEAR", "SOFTMAX1", "SHRINK"], [n // ROW, ROW], {"SHRINK": {"Threshold": 1e-4}})
     return out
 
@@ -105,11 +111,11 @@ def section(device: str, header: list[tuple[str, str]], log2: int, results: list
             f"| {r.name} | {r.nodes} | {r.dispatches} | {1e3 * r.fused_s:.1f} | {1e3 * r.one_by_one_s:.1f} | "
             f"{1e3 * r.costliest_s:.1f} ({r.costliest}) | {r.fused_s / r.costliest_s:.2f} | {r.one_by_one_s / r.fused_s:.2f} | "
             f"{1e3 * r.e2e_fused_s:.1f} | {1e3 * r.e2e_one_by_one_s:.1f} |")
-    four = next((r for r in results if r.name == "chain of 4"), None)
-    if four is not None:
+    lines.append("")
+    for four in (r for r in results if r.name.endswith("chain of 4")):
         ratio = four.fused_s / four.costliest_s
         verdict = "met" if ratio <= TARGET else "NOT met"
-        lines += ["", f"Target: a chain of 4 within {TARGET}x its costliest node: {ratio:.2f}x, {verdict}."]
+        lines.append(f"- Target, {four.name}: within {TARGET}x its costliest node: {ratio:.2f}x, {verdict}.")
     lines.append("<!-- end graphs -->")
     return "\n".join(lines) + "\n"
 

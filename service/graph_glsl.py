@@ -74,8 +74,10 @@ def generate(kernel: FusedKernel, glsl_dir: Path) -> str:
         "#define EXTRACT(w, k) bitfieldExtract(w, (k) * ELEM_BITS, ELEM_BITS)",
         "#define INSERT(o, b, k) bitfieldInsert(o, b, (k) * ELEM_BITS, ELEM_BITS)",
         "#endif",
-        "// A value as the node-by-node run stores and reloads it; pc.zero keeps the driver from fusing across.",
-        "ELEM_T rounded(ELEM_T v) { return from_bits(to_bits(v) | pc.zero); }",
+        "// A value as the node-by-node run stores and reloads it; zero (pc.zero, 0 at run time) keeps the",
+        "// driver from fusing across. Copied out of the push constants once: lavapipe reloads them at every use.",
+        "uint zero;",
+        "ELEM_T rounded(ELEM_T v) { return from_bits(to_bits(v) | zero); }",
     ]
     for k in dict.fromkeys(n.kernel for n in kernel.nodes):
         out += [f"// ---- glsl/{k}.comp", f"#define activate activate_{k}", formula(glsl_dir, k), "#undef activate"]
@@ -98,7 +100,7 @@ def generate(kernel: FusedKernel, glsl_dir: Path) -> str:
         out.append(f"        {node.result} = rounded({node.result});")
     out += ["    }", "}"]
 
-    out.append("void main() {")
+    out += ["void main() {", "    zero = pc.zero;"]
     out += [f"    n{n}_p{w} = prm[{n * PARAM_WORDS + w}];" for n in range(len(kernel.nodes)) for w in range(PARAM_WORDS)]
     out += [
         "    uint units = (pc.count + UNIT_ELEMS - 1u) / UNIT_ELEMS;",
