@@ -22,9 +22,10 @@ TARGET_LATENCY = 1.5       # vkact's 1,024-element requests: p50 at most this mu
 
 PREAMBLE = f"""# vkact benchmark
 
-Written by `make bench` (`python -m bench`; `--only kernels`, `--only service`, `--only v2` or `--only grpc`
-runs one part). Each Vulkan device has a kernel section, a service section and Open Inference Protocol
-sections (HTTP, gRPC); a run replaces only the sections it measured, on the device it ran on.
+Written by `make bench` (`python -m bench`; `--only kernels`, `--only service`, `--only v2`, `--only grpc`
+or `--only graphs` runs one part). Each Vulkan device has a kernel section, a service section, Open
+Inference Protocol sections (HTTP, gRPC) and a graphs section (fused graphs against their nodes one by
+one); a run replaces only the sections it measured, on the device it ran on.
 
 ## Kernels
 
