@@ -192,7 +192,7 @@ def run_grpc(args: argparse.Namespace) -> None:
 
 
 def run_graphs(args: argparse.Namespace) -> None:
-    from . import graphs
+    from . import graphs, iree_peer
 
     started = time.perf_counter()
     log2 = max(args.sizes)
@@ -207,6 +207,7 @@ def run_graphs(args: argparse.Namespace) -> None:
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("Machine", f"{_machine()}; 1-minute load average {os.getloadavg()[0]:.1f} at the end (the CPUs are shared: medians of {args.repeat} interleaved rounds after {WARMUP} warm-up rounds)"),
         ("Device", f"{d.name}; driver {d.driver_name} {d.driver_info}; tensors in {engine.memory} memory"),
+        ("IREE", iree_peer.version() or "not installed (make bench installs it: pip install -e '.[bench]')"),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
     ]
     _write(args.out, d.name, graphs.section(d.name, header, log2, results), "graphs")
