@@ -24,7 +24,7 @@ import numpy as np
 
 from .buckets import bucket
 from .descriptors import TensorDesc
-from .errors import InvalidRequest
+from .errors import InvalidRequest, PayloadTooLarge
 from .graph_compiler import FusedStep, GraphPlan, NodeStep, Value
 from .graph_glsl import PARAM_WORDS
 from .operators import OperatorDesc
@@ -58,6 +58,11 @@ class GraphRun:
         for step in program.steps:
             produced = step.writes if isinstance(step, FusedStep) else (("node", step.node),)
             values += [v for v in (*step.reads, *produced) if v not in values]
+        needed = sum(self._capacity(desc(v)) for v in values)
+        if needed > engine.settings.pool_bytes:  # declared buffer sizes, not data sent, decide this
+            raise PayloadTooLarge(
+                f"the graph's tensors need {needed} bytes of device memory; the buffer pool holds at most "
+                f"{engine.settings.pool_bytes} (VKACT_POOL_BYTES)", "Graph")
         self.buffers: dict[Value, kp.Tensor] = {}
         self.views: dict[Value, np.ndarray] = {}
         for v in values:

@@ -231,3 +231,16 @@ def test_generated_shaders_fall_back_to_a_temp_dir(tmp_path, monkeypatch):
     plan = GraphCompiler(settings).compile(linear_tanh_shrink(np.float32))
     assert plan.fused and any(p.suffix == ".spv" for p in where.iterdir())
     assert generated_cache_dir(Settings(generated_shader_cache=tmp_path / "mine")) == tmp_path / "mine"
+
+
+def test_a_graph_beyond_the_buffer_pool_is_refused(engine, compiler, monkeypatch):
+    """Intermediates are sized by their declared descriptors, not by the data sent: a graph whose
+    buffers together exceed VKACT_POOL_BYTES is a 413 before anything is allocated."""
+    from service.errors import PayloadTooLarge
+
+    sizes = (7, 1000)   # a structure no other test runs: no program of it is kept yet
+    graph = parse_graph(chain([activation("RELU", np.float32, sizes), activation("TANH", np.float32, sizes)]))
+    monkeypatch.setattr(engine, "settings", engine.settings.model_copy(update={"pool_bytes": 1 << 14}))
+    with pytest.raises(PayloadTooLarge) as err:
+        engine.execute_graph(compiler.compile(graph), [sample(np.float32, sizes).tobytes()])
+    assert err.value.field == "Graph" and "VKACT_POOL_BYTES" in err.value.message
