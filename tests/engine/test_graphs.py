@@ -11,23 +11,14 @@ from client.buffers import to_buffer, view
 from service.config import Settings
 from service.descriptors.graph import GraphDesc, parse_graph
 from service.graph_compiler import FusedStep, GraphCompiler, NodeStep
-from tests.graph_helpers import activation, chain, node_by_node
+from tests.graph_helpers import SIZES, activation, chain, linear_tanh_shrink, node_by_node, sample, shared_intermediate
 from tests.helpers import tensor
 
-SIZES = (3, 5, 337)   # not a multiple of a 16-byte unit: the packed kernels' ragged tail
 
 
 @pytest.fixture(scope="module")
 def compiler() -> GraphCompiler:
     return GraphCompiler(Settings())
-
-
-def sample(dtype, sizes=SIZES, seed=0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    x = (rng.standard_normal(sizes) * 3).astype(dtype)
-    flat = x.reshape(-1)
-    flat[:8] = [np.nan, np.inf, -np.inf, -0.0, 0.0, np.finfo(dtype).tiny / 4, 0.4, -0.4]  # subnormal, edges
-    return x
 
 
 def run_both(engine, compiler, graph: GraphDesc, arrays: list[np.ndarray]):
@@ -49,14 +40,6 @@ def chained_reference(graph: GraphDesc, x: np.ndarray) -> np.ndarray:
     for op in graph.operators:
         x = op.reference(x)
     return x
-
-
-def linear_tanh_shrink(dtype, alpha=1.7) -> GraphDesc:
-    return parse_graph(chain([
-        activation("LINEAR", dtype, SIZES, Alpha=alpha, Beta=-0.3),
-        activation("SCALED_TANH", dtype, SIZES, Alpha=1.3, Beta=0.9),
-        activation("SHRINK", dtype, SIZES, Bias=0.1, Threshold=0.4),
-    ]))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
@@ -98,30 +81,6 @@ def test_parameterized_relu_then_softmax1(engine, compiler, dtype):
     y = view(fused[0], dtype, sizes, None)
     ref = graph.operators[1].reference(graph.operators[0].reference(x, slope))
     np.testing.assert_allclose(y.astype(np.float64), ref.astype(np.float64), rtol=8 * float(np.finfo(dtype).eps), atol=1e-7)
-
-
-def shared_intermediate(dtype, sizes=SIZES) -> GraphDesc:
-    """x -> LINEAR (n0); n0 -> SIGMOID (n1) -> output "s"; PARAMETERIZED_RELU(n0, n1) (n2) -> output "p";
-    n0 is also output "l": one value read by two nodes and leaving the graph."""
-    return parse_graph({
-        "InputCount": 1, "OutputCount": 3,
-        "Nodes": [
-            {"Operator": activation("LINEAR", dtype, sizes, Alpha=-1.25, Beta=0.5)},
-            {"Operator": activation("SIGMOID", dtype, sizes)},
-            {"Operator": activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor", "SlopeTensor"))},
-        ],
-        "InputEdges": [{"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"}],
-        "IntermediateEdges": [
-            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0},
-            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 2, "ToNodeInputIndex": 0},
-            {"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "ToNodeIndex": 2, "ToNodeInputIndex": 1},
-        ],
-        "OutputEdges": [
-            {"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "s"},
-            {"FromNodeIndex": 2, "FromNodeOutputIndex": 0, "GraphOutputIndex": 1, "Name": "p"},
-            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "GraphOutputIndex": 2, "Name": "l"},
-        ],
-    })
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])

@@ -13,7 +13,7 @@ from service.config import Settings
 from service.errors import UnsupportedOnDevice
 from service.graph_compiler import GraphCompiler
 from service.worker import DeviceWorker
-from tests.engine.test_graphs import SIZES, sample, shared_intermediate
+from tests.graph_helpers import SIZES, sample, shared_intermediate
 
 
 async def _node_by_node(worker: DeviceWorker, graph, x: np.ndarray) -> dict[int, bytes]:
