@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import tempfile
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,8 +135,9 @@ def generated_cache_dir(settings: Settings) -> Path:
 
 
 class GraphCompiler:
-    """Compiles graphs into plans; thread-safe enough for one caller at a time per instance (the
-    device worker compiles off its job thread and hands the plan to the engine's thread)."""
+    """Compiles graphs into plans. Thread-safe: the HTTP side compiles in threads (glslang takes
+    tens of milliseconds), off the event loop and off the device worker's job thread; a lock keeps
+    two compilations of one structure from both running glslang."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings = settings or Settings()
@@ -143,18 +145,20 @@ class GraphCompiler:
         self._programs: OrderedDict[str, GraphProgram] = OrderedDict()
         self._cache_dir: Path | None = None
         self.compiled = 0   # shaders glslang compiled (not found in the cache)
+        self._lock = threading.Lock()
 
     def compile(self, graph: GraphDesc, fuse: bool = True) -> GraphPlan:
         """The plan of ``graph``; ``fuse=False`` gives the node-by-node plan (the oracle, and the
         bench's baseline)."""
         key = structure_key(graph) + ("" if fuse else "-unfused")
-        program = self._programs.get(key)
-        if program is None:
-            program = self._programs[key] = self._build(graph, key, fuse)
-            while len(self._programs) > MAX_PROGRAMS:
-                self._programs.popitem(last=False)
-        else:
-            self._programs.move_to_end(key)
+        with self._lock:
+            program = self._programs.get(key)
+            if program is None:
+                program = self._programs[key] = self._build(graph, key, fuse)
+                while len(self._programs) > MAX_PROGRAMS:
+                    self._programs.popitem(last=False)
+            else:
+                self._programs.move_to_end(key)
         return GraphPlan(graph, program)
 
     # -- planning ---------------------------------------------------------------------------------
@@ -181,8 +185,8 @@ class GraphCompiler:
         for group in groups:
             if not fuse or not fusable(ops[group[0]]):
                 steps.append(NodeStep(group[0], tuple(reads[group[0]])))
-                if fuse and ops[group[0]].kind == "elementwise":
-                    notes.append(f"Nodes[{group[0]}] ({ops[group[0]].type_name()}) has strided, broadcast or empty tensors: it runs with its own kernel")
+                if fuse and ops[group[0]].kind == "elementwise" and ops[group[0]].output.element_count:
+                    notes.append(f"Nodes[{group[0]}] ({ops[group[0]].type_name()}) has strided or broadcast tensors: it runs with its own kernel")
                 continue
             try:
                 steps.append(self._fuse(graph, group, reads, outputs))

@@ -203,3 +203,11 @@ def test_a_graph_beyond_the_buffer_pool_is_refused(engine, compiler, monkeypatch
     with pytest.raises(PayloadTooLarge) as err:
         engine.execute_graph(compiler.compile(graph), [sample(np.float32, sizes).tobytes()])
     assert err.value.field == "Graph" and "VKACT_POOL_BYTES" in err.value.message
+
+
+def test_empty_tensors_give_empty_outputs(engine, compiler):
+    """vkact allows size-0 dimensions (as ONNX does): nothing is dispatched, the outputs are empty."""
+    graph = parse_graph(chain([activation("RELU", np.float32, (0, 4)), activation("SOFTMAX1", np.float32, (0, 4))]))
+    plan = compiler.compile(graph)
+    assert plan.fused and not plan.notes
+    assert [o.nbytes for o in engine.execute_graph(plan, [b""])] == [0]
