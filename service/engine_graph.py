@@ -25,7 +25,7 @@ import numpy as np
 from .buckets import bucket
 from .descriptors import TensorDesc
 from .errors import InvalidRequest, PayloadTooLarge
-from .graph_compiler import FusedStep, GraphPlan, NodeStep, Value
+from .graph_compiler import FusedStep, GraphPlan, NodeStep, ReductionStep, Value
 from .graph_glsl import PARAM_WORDS
 from .operators import OperatorDesc
 
@@ -56,8 +56,7 @@ class GraphRun:
 
         values: list[Value] = [("input", i) for i in range(graph.InputCount)]
         for step in program.steps:
-            produced = step.writes if isinstance(step, FusedStep) else (("node", step.node),)
-            values += [v for v in (*step.reads, *produced) if v not in values]
+            values += [v for v in (*step.reads, *step.produced) if v not in values]
         needed = sum(self._capacity(desc(v)) for v in values)
         if needed > engine.settings.pool_bytes:  # declared buffer sizes, not data sent, decide this
             raise PayloadTooLarge(
@@ -116,19 +115,27 @@ class GraphRun:
         algorithm = self._algorithm(tensors, step.spirv, engine.workgroups(units), 2)
         self.dispatches.append((algorithm, step))
 
-    def _node(self, step: NodeStep, op: OperatorDesc) -> None:
+    def _node(self, step: NodeStep | ReductionStep, op: OperatorDesc) -> None:
+        """A node with its operator's kernel, or (ReductionStep) its generated twin with an epilogue,
+        whose parameter buffer follows the kernel's own bindings."""
         engine = self.engine
         variant, _push, meta, _clear, groups = engine.dispatch_shape(op)
-        tensors = [self.buffers[v] for v in step.reads] + [self.buffers[("node", step.node)]]
+        tensors = [self.buffers[v] for v in step.reads] + [self.buffers[step.produced[0]]]
         if meta is not None:
             table = self._tensor(4 * len(meta), True)
             table.data().view(np.uint32)[: len(meta)] = meta
             self._uploads_once.append(table)
             tensors.append(table)
+        spirv = engine.variant_spirv(variant) if isinstance(step, NodeStep) else dict(step.spirv)[variant.unroll]
+        if isinstance(step, ReductionStep):
+            params = self._tensor(4 * (PARAM_WORDS * len(step.epilogue) + 1), True)   # + the zero word
+            self.uploads.append(params)
+            self.params.append((params.data().view(np.uint32), step.epilogue))
+            tensors.append(params)
         if groups is None:  # elementwise: cover the largest buffer, as the engine's slots do
             unit = UNIT_BYTES if variant.layout == "PACKED" else op.data_type.info.size
             groups = engine.workgroups(max(self._capacity(d) for d in (*op.inputs, op.output)) // unit)
-        algorithm = self._algorithm(tensors, engine.variant_spirv(variant), groups, len(_push))
+        algorithm = self._algorithm(tensors, spirv, groups, len(_push))
         self.dispatches.append((algorithm, step))
 
     # -- running ------------------------------------------------------------------------------------
@@ -179,7 +186,7 @@ class GraphRun:
         if transfers and self.engine.memory == "device":
             seq.record(kp.OpTensorSyncDevice(self.uploads))
         for (algorithm, step), push in zip(self.dispatches, pushes):
-            if isinstance(step, NodeStep) and self._ops[step.node].output.element_count == 0:
+            if not isinstance(step, FusedStep) and self._ops[step.node].output.element_count == 0:
                 continue
             seq.record(kp.OpAlgoDispatch(algorithm, push))
         if transfers:

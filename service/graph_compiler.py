@@ -9,11 +9,15 @@ Steps, in an order that respects the graph's edges:
   contract): a softmax-family node, an elementwise node with strided or broadcast tensors, or the
   nodes of a group whose shader would exceed ``Settings.max_fused_shader_bytes`` (or that glslang
   refuses): those run node by node, and ``GraphPlan.notes`` says why.
+- ``ReductionStep``: a softmax-family node with the fused group after it in its stores (an
+  epilogue): where the group reads only the reduction's (packed) output, which nothing else reads,
+  and writes one value. Each result is rounded to its type before the epilogue, as the node-by-node
+  run stores it. Elementwise nodes before a reduction (a prologue) stay a dispatch of their own: the
+  reduction reads its input twice, through a dozen load paths (glsl/common/reduction.glsl).
 
 Grouping is greedy in topological order: an elementwise node joins the group emitted last when its
 element count and type agree, else starts a step of its own; a group is thus always after every step
-it reads. Softmax-family nodes stay separate dispatches (their loads and stores take no fused
-prologue or epilogue yet).
+it reads.
 
 Programs (steps, SPIR-V) are cached by the graph's structure and types, not its scalars: a graph that
 differs only in Alpha gets the same ``GraphProgram`` (and the engine its pipelines); the scalars travel
@@ -35,9 +39,12 @@ from typing import Union
 from .config import Settings
 from .descriptors.graph import GraphDesc
 from .errors import ShaderCompileError
-from .graph_glsl import FusedKernel, FusedNode, generate
-from .layout import coalesce
+from .descriptors import packed_strides
+from .graph_glsl import FusedKernel, FusedNode, generate, generate_epilogue
+from .layout import coalesce, row_layout
 from .operators import OperatorDesc
+from .operators.reduction import ReductionDesc
+from .shaders import REDUCTION_UNROLLS
 
 MAX_PROGRAMS = 128   # compiled programs kept (least recently used out)
 
@@ -54,13 +61,36 @@ class FusedStep:
     spirv: bytes
 
 
+    @property
+    def produced(self) -> tuple[Value, ...]:
+        return self.writes
+
+
 @dataclass(frozen=True)
 class NodeStep:
     node: int
     reads: tuple[Value, ...]        # the node's inputs, in order
 
+    @property
+    def produced(self) -> tuple[Value, ...]:
+        return (("node", self.node),)
 
-Step = Union[FusedStep, NodeStep]
+
+@dataclass(frozen=True)
+class ReductionStep:
+    """A softmax-family node with the elementwise nodes after it fused into its stores (epilogue)."""
+
+    node: int
+    reads: tuple[Value, ...]        # the reduction's input
+    epilogue: tuple[int, ...]       # graph node indices, in evaluation order; the last one is written
+    spirv: tuple[tuple[int, bytes], ...]   # (UNROLL, SPIR-V): the engine picks its device's unroll
+
+    @property
+    def produced(self) -> tuple[Value, ...]:
+        return (("node", self.epilogue[-1]),)
+
+
+Step = Union[FusedStep, NodeStep, ReductionStep]
 
 
 @dataclass(frozen=True)
@@ -193,7 +223,62 @@ class GraphCompiler:
             except (ShaderCompileError, _TooLarge) as exc:
                 notes.append(f"Nodes{group} run node by node: {exc}")
                 steps += [NodeStep(n, tuple(reads[n])) for n in group]
+        if fuse:
+            steps = self._epilogues(graph, steps, outputs, notes)
         return GraphProgram(key, tuple(steps), outputs, tuple(notes))
+
+    def _epilogues(self, graph: GraphDesc, steps: list[Step], outputs: tuple[int, ...], notes: list[str]) -> list[Step]:
+        """A reduction node step followed by a fused step that reads only the reduction's output,
+        which nothing else reads, and writes one value: one ReductionStep, the fused nodes applied to
+        each result before it is stored (where the reduction's output is packed, as the fused nodes'
+        tensors are)."""
+        ops = graph.operators
+        out: list[Step] = []
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            nxt = steps[i + 1] if i + 1 < len(steps) else None
+            if (
+                isinstance(step, NodeStep) and isinstance(nxt, FusedStep) and ops[step.node].kind == "reduction"
+                and nxt.reads == (("node", step.node),) and len(nxt.writes) == 1 and nxt.writes[0] == ("node", nxt.nodes[-1])
+                and step.node not in outputs
+                and not any(("node", step.node) in s.reads for s in steps if s is not nxt)
+                and ops[step.node].output.strides == packed_strides(ops[step.node].output.Sizes)
+            ):
+                try:
+                    out.append(self._reduction_epilogue(graph, step, nxt))
+                    i += 2
+                    continue
+                except (ShaderCompileError, _TooLarge) as exc:
+                    notes.append(f"Nodes{list(nxt.nodes)} run after Nodes[{step.node}], not in its stores: {exc}")
+            out.append(step)
+            i += 1
+        return out
+
+    def _reduction_epilogue(self, graph: GraphDesc, step: NodeStep, fused: FusedStep) -> ReductionStep:
+        op = graph.operators[step.node]
+        assert isinstance(op, ReductionDesc)
+        inside = set(fused.nodes)
+        sources = {(e.ToNodeIndex, e.ToNodeInputIndex): e.FromNodeIndex for e in graph.IntermediateEdges}
+
+        def name(n: int, slot: int) -> str:
+            source = sources[(n, slot)]
+            return f"v{source}" if source in inside else "x0"
+
+        nodes = tuple(
+            FusedNode(graph.operators[n].kernel(), tuple(name(n, s) for s in range(len(graph.operators[n].input_fields))), f"v{n}")
+            for n in fused.nodes
+        )
+        layout = row_layout((*op.inputs, op.output), op.reduced_axes()).kind
+        dtype = op.data_type.info.shader or ""
+        spirv = []
+        for unroll in REDUCTION_UNROLLS:
+            source = generate_epilogue(op.kernel(), dtype, layout, unroll, nodes, self.glsl_dir)
+            limit = self.settings.max_fused_shader_bytes
+            if len(source) > limit:
+                raise _TooLarge(f"its generated shader is {len(source)} bytes, beyond max_fused_shader_bytes ({limit})")
+            spirv.append((unroll, self._spirv(source)))
+        return ReductionStep(step.node, step.reads, fused.nodes, tuple(spirv))
 
     def _fuse(self, graph: GraphDesc, group: list[int], reads: dict[int, list[Value]], outputs: tuple[int, ...]) -> FusedStep:
         ops = graph.operators

@@ -10,7 +10,7 @@ import pytest
 from client.buffers import to_buffer, view
 from service.config import Settings
 from service.descriptors.graph import GraphDesc, parse_graph
-from service.graph_compiler import FusedStep, GraphCompiler, NodeStep
+from service.graph_compiler import FusedStep, GraphCompiler, NodeStep, ReductionStep
 from tests.graph_helpers import SIZES, activation, chain, linear_tanh_shrink, node_by_node, sample, shared_intermediate
 from tests.helpers import tensor
 
@@ -109,6 +109,7 @@ def test_a_new_alpha_reuses_the_pipelines(engine, compiler):
     x = sample(dtype, sizes)
     x.reshape(-1)[:8] = 0.5
     first, fused1, oracle1 = run_both(engine, compiler, graph(1.5, 0.002), [x])
+    assert first.dispatches == 2 and isinstance(first.program.steps[1], ReductionStep)   # SHRINK in SOFTMAX1's stores
     assert_bits_equal(fused1, oracle1)
     created, glslang_runs = engine.stats.pipelines_created, compiler.compiled
     second = compiler.compile(graph(-3.0, 0.004))
@@ -211,3 +212,22 @@ def test_empty_tensors_give_empty_outputs(engine, compiler):
     plan = compiler.compile(graph)
     assert plan.fused and not plan.notes
     assert [o.nbytes for o in engine.execute_graph(plan, [b""])] == [0]
+
+
+@pytest.mark.parametrize("axes", [[1], [0]], ids=["rows", "columns"])   # columns: the strided row layout
+@pytest.mark.parametrize("kind", ["SOFTMAX1", "LOG_SOFTMAX1", "HARDMAX1"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_elementwise_nodes_after_a_reduction_go_into_its_stores(engine, compiler, dtype, kind, axes):
+    """SOFTMAX-family -> LINEAR -> SCALED_TANH: one dispatch, each result rounded to its type before the
+    epilogue (where the node-by-node run stores it), bit-identical to the nodes one by one."""
+    sizes = (40, 72)
+    graph = parse_graph(chain([
+        activation(kind, dtype, sizes, Axes=axes),
+        activation("LINEAR", dtype, sizes, Alpha=3.0, Beta=-0.7),
+        activation("SCALED_TANH", dtype, sizes, Alpha=0.9, Beta=1.1),
+    ]))
+    x = sample(dtype, sizes, seed=7)
+    x.reshape(-1)[:8] = np.linspace(-1, 1, 8)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    assert plan.dispatches == 1 and isinstance(plan.program.steps[0], ReductionStep)
+    assert_bits_equal(fused, oracle)
