@@ -46,7 +46,9 @@ serve: shaders
 	$(if $(HOST),VKACT_HOST=$(HOST)) $(if $(PORT),VKACT_PORT=$(PORT)) $(PY) -m service
 
 # DRIVER=swiftshader (or lavapipe): that Vulkan driver's own sections of bench/RESULTS.md
+# The bench extra (IREE, the graphs' peer) is installed here only: the tests do not need it.
 bench: shaders
+	$(PY) -m pip install -q -e '.[service,test,bench]'
 	$(PY) -m bench $(if $(DRIVER),--driver $(DRIVER))
 
 # Both service images, vkact:cpu and vkact:gpu (IMAGES=cpu for one), from docker/Dockerfile with docker

@@ -1,4 +1,4 @@
-"""``python -m bench [--only kernels|service|v2|grpc|types64|accuracy] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
+"""``python -m bench [--only kernels|service|v2|grpc|types64|accuracy|graphs] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
 from __future__ import annotations
 
 import argparse
@@ -31,9 +31,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "a host memcpy and CPU peers; then the HTTP service end to end (latency, requests/s, 16 MiB "
         "throughput) against a bare uvicorn echo and a raw loopback socket; then /v2 with tritonclient against "
         "MLServer and the echo; writes a Markdown report.")
-    parser.add_argument("--only", choices=("kernels", "service", "v2", "grpc", "types64", "accuracy"), default=None,
+    parser.add_argument("--only", choices=("kernels", "service", "v2", "grpc", "types64", "accuracy", "graphs"), default=None,
                         help="run one part only (default: kernels, then service, then v2, then grpc, then types64: the 64-bit "
-                        "kernels, then accuracy: FLOAT64's ulp against mpmath)")
+                        "kernels, then accuracy: FLOAT64's ulp against mpmath, then graphs)")
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="kernels: log2 element counts (default 20,24)")
     parser.add_argument("--repeat", type=int, default=10, help=f"kernels: timed runs of each measurement, after {WARMUP} warm-up runs")
     parser.add_argument("--ops", type=_csv, default=None, help="kernels: operators by short name, e.g. shrink,celu (default: all)")
@@ -230,9 +230,31 @@ def run_accuracy(args: argparse.Namespace) -> None:
     engine.close()
 
 
+def run_graphs(args: argparse.Namespace) -> None:
+    from . import graphs, iree_peer
+
+    started = time.perf_counter()
+    log2 = max(args.sizes)
+    engine = Engine()
+    try:
+        engine.load_shaders()
+        results = graphs.measure(engine, log2, args.repeat)
+    finally:
+        engine.close()
+    d = engine.device
+    header = [
+        ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
+        ("Machine", f"{_machine()}; 1-minute load average {os.getloadavg()[0]:.1f} at the end (the CPUs are shared: medians of {args.repeat} interleaved rounds after {WARMUP} warm-up rounds)"),
+        ("Device", f"{d.name}; driver {d.driver_name} {d.driver_info}; tensors in {engine.memory} memory"),
+        ("IREE", iree_peer.version() or "not installed (make bench installs it: pip install -e '.[bench]')"),
+        ("Runtime", f"{time.perf_counter() - started:.1f} s"),
+    ]
+    _write(args.out, d.name, graphs.section(d.name, header, log2, results), "graphs")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
-    parts = [args.only] if args.only else ["kernels", "service", "v2", "grpc", "types64", "accuracy"]
+    parts = [args.only] if args.only else ["kernels", "service", "v2", "grpc", "types64", "accuracy", "graphs"]
     if "kernels" in parts:
         run_kernels(args)
     if "service" in parts:
@@ -245,6 +267,8 @@ def main(argv: list[str] | None = None) -> None:
         run_types64(args)
     if "accuracy" in parts:
         run_accuracy(args)
+    if "graphs" in parts:
+        run_graphs(args)
 
 
 if __name__ == "__main__":

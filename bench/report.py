@@ -23,9 +23,11 @@ TARGET_LATENCY = 1.5       # vkact's 1,024-element requests: p50 at most this mu
 PREAMBLE = f"""# vkact benchmark
 
 Written by `make bench` (`python -m bench`; `--only kernels`, `--only service`, `--only v2`, `--only grpc`
-or `--only types64` runs one part). Each Vulkan device has a kernel section, a service section, Open
-Inference Protocol sections (HTTP, gRPC) and a section of the 64-bit kernels (FLOAT64, INT64, UINT64,
-native and emulated in 32-bit words); a run replaces only the sections it measured, on the device it ran on.
+or `--only types64`, `--only accuracy`, `--only graphs` runs one part). Each Vulkan device has a kernel
+section, a service section, Open Inference Protocol sections (HTTP, gRPC), a section of the 64-bit
+kernels (FLOAT64, INT64, UINT64, native and emulated in 32-bit words), FLOAT64's accuracy and a graphs
+section (fused graphs against their nodes one by one); a run replaces only the sections it measured, on
+the device it ran on.
 
 ## Kernels
 
@@ -132,7 +134,7 @@ rounded once to double (`bench/accuracy.py`, the cases `tests/engine/test_float6
 the worst error in ulp over each case's points, against issue 17's bound of 4 ulp (PASS or ABOVE).
 """
 
-_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc|types64|accuracy): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
+_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc|types64|accuracy|graphs): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
 
 
 @dataclass

@@ -19,8 +19,9 @@ KP_VERSION=0.9.0
 # sha256 of kp-0.9.0.tar.gz as served by PyPI; guards the cached/downloaded sdist.
 KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PYBIND11_VERSION=3.1.0
-# Bump when the patches below change: a new wheel cache directory and a reinstall in every venv.
-KP_PATCH_LEVEL=vkact2
+# Bump when the patches below change: a new wheel cache directory and a reinstall in every venv
+# (the wheel cache is shared, keyed by this name alone).
+KP_PATCH_LEVEL=vkact3
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -78,7 +79,9 @@ patches = {
     # (5) The dispatch's barrier made transfer writes (the staging uploads) visible to shader reads
     #     only, but a kernel also writes buffers that were uploaded (in place, and outputs cleared
     #     before a strided kernel): a write-after-write race (SYNC-HAZARD-WRITE-AFTER-WRITE). One
-    #     global barrier, transfer writes before shader reads and writes, covers every tensor.
+    #     global barrier, transfer and shader writes before shader reads and writes, covers every
+    #     tensor, and orders a dispatch after the earlier dispatches of its command buffer (a graph's
+    #     steps read what the step before wrote: service/engine_graph.py).
     "src/OpAlgoDispatch.cpp": [
         ("""    for (const std::shared_ptr<Tensor>& tensor :
          this->mAlgorithm->getTensors()) {
@@ -91,9 +94,10 @@ patches = {
     }
 """,
          """    const vk::MemoryBarrier uploaded(
-      vk::AccessFlagBits::eTransferWrite,
+      vk::AccessFlagBits::eTransferWrite | vk::AccessFlagBits::eShaderWrite,
       vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite);
-    commandBuffer.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer,
+    commandBuffer.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer |
+                                    vk::PipelineStageFlagBits::eComputeShader,
                                   vk::PipelineStageFlagBits::eComputeShader,
                                   vk::DependencyFlags(),
                                   uploaded,

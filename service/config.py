@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     glsl_dir: Path = ROOT / "glsl"
     spirv_cache: Path = ROOT / ".cache" / "spirv"
     glslang: str = "glslangValidator"
+    generated_shader_cache: Path | None = Field(None, description="where generated shaders (fused graphs) and their SPIR-V go; default: generated/ under spirv_cache, or a directory under the system's temp dir where that is not writable (a read-only image)")
 
     # Service
     host: str = "127.0.0.1"
@@ -49,6 +50,8 @@ class Settings(BaseSettings):
     idle_release_s: float = Field(60.0, gt=0, description="tensor slots and the engine's buffers and pipelines unused for this long (up to twice) are freed")
     max_pipelines: int = Field(256, ge=8, description="compiled pipelines the engine keeps (least recently used out): bounds the device worker's memory over many distinct descriptors")
     worker_start_timeout_s: float = Field(120.0, gt=0, description="a device worker that has not reported ready this long after it started (a driver hung creating the device) is killed and started again")
+    max_graph_nodes: int = Field(64, ge=1, le=4096, description="operator nodes one graph may have; a larger graph is a 422 naming Graph.Nodes")
+    max_fused_shader_bytes: int = Field(256 << 10, ge=4096, description="generated GLSL one fused graph step may have; a group of elementwise nodes whose shader would be larger runs node by node (the plan says so)")
     require_gpu: bool = Field(False, description="start only where the chosen Vulkan device is a GPU (the gpu image sets it): else say so in one line and exit with status 2, instead of serving from a CPU driver or not at all")
 
     @property

@@ -38,6 +38,8 @@ from .operators import OperatorDesc
 from .operators.numerics import flush_subnormal
 from .operators.reduction import ReductionDesc
 from .device_tuning import Tuning, tuning_for, workgroup_size
+from .engine_graph import GraphRun
+from .graph_compiler import GraphPlan
 from .shaders import ShaderCompiler, Variant, all_variants
 from .vulkan_probe import PhysicalDevice, choose, physical_devices
 
@@ -59,17 +61,19 @@ CPU_GROUPS_PER_CORE = 4
 CPU_WORKGROUP_ROW_LEN = 1 << 18
 # Keyed executions keep their plan and a recorded command buffer; this many, least recently used out.
 MAX_PLANS = 256
+# Graph programs keep their buffers, pipelines and command buffer (engine_graph.GraphRun); this many.
+MAX_GRAPH_RUNS = 16
 
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuffer reads
 
 
-def _words(values: Sequence[int | float | np.float64 | np.int64 | np.uint64]) -> np.ndarray:
+def _words(values: Sequence[int | float | np.float64 | np.int64 | np.uint64], length: int = PUSH_WORDS) -> np.ndarray:
     """Push constants as uint32 words, floats bit-cast (kp 0.9 takes the push type from the spec array).
     A Python float is a float32 word, a Python int a uint32 word; a numpy float64, int64 or uint64 takes
     two words, low first, at an even index (glsl/common/dtype.glsl's contract: PARAM_F64(i) and friends).
     Subnormal float32 values go as signed zeros: some devices flush them in arithmetic (lavapipe does),
     others do not, and every device should compute what the reference does (OperatorDesc.reference)."""
-    out = np.zeros(PUSH_WORDS, np.uint32)
+    out = np.zeros(length, np.uint32)
     i = 0
     for v in values:
         if isinstance(v, (np.float64, np.int64, np.uint64)):
@@ -196,6 +200,7 @@ class Engine:
         self._plans: OrderedDict[tuple[Hashable, bool], _Plan] = OrderedDict()
         self._generation = 0  # counts the times every plan was dropped: replayers made before are stale
         self._batched: OrderedDict[tuple[Hashable, int], OperatorDesc] = OrderedDict()  # (key, jobs): descriptor end to end
+        self._graph_runs: OrderedDict[str, GraphRun] = OrderedDict()   # by GraphProgram.key
         self.stats = EngineStats()
 
     # -- set-up -------------------------------------------------------------------------------------
@@ -213,6 +218,8 @@ class Engine:
         """Free every Vulkan object; the engine cannot be used afterwards."""
         self._plans.clear()
         self._generation += 1
+        while self._graph_runs:
+            self._graph_runs.popitem()[1].destroy()
         self._algorithms.clear()
         self._slots.clear()
         self._seq = None
@@ -250,6 +257,34 @@ class Engine:
 
         self._plan(op, in_place, key).run(arrays, result)
         return result
+
+    def execute_graph(self, plan: GraphPlan, inputs: Sequence[Buffer]) -> list[np.ndarray]:
+        """Run a compiled graph (``GraphCompiler.compile``) on its input buffers, one per graph input
+        in index order (each TotalTensorSizeInBytes bytes, laid out as its descriptor says). Returns
+        the graph outputs' buffers in index order (uint8, bytes that hold no element zero). Every
+        dispatch goes in one command buffer; a plan of the same structure as an earlier one (other
+        scalars) reuses its buffers and pipelines."""
+        self._check_thread()
+        for n, op in enumerate(plan.graph.operators):
+            try:
+                op.check_execution(False, self.max_tensor_bytes)
+            except UnsupportedOnDevice as exc:
+                raise UnsupportedOnDevice(exc.message, f"Graph.Nodes[{n}].Operator.{exc.field}") from None
+        return self.prepare_graph(plan).run(plan, inputs)
+
+    def prepare_graph(self, plan: GraphPlan) -> GraphRun:
+        """The buffers, pipelines and command buffer that ``execute_graph(plan, ...)`` runs, created on
+        first use and kept per program: what a benchmark times (``GraphRun.kernels``)."""
+        key = plan.program.key
+        run = self._graph_runs.get(key)
+        if run is None:
+            while len(self._graph_runs) >= MAX_GRAPH_RUNS:
+                self._graph_runs.popitem(last=False)[1].destroy()
+            run = self._graph_runs[key] = GraphRun(self, plan)
+        else:
+            self._graph_runs.move_to_end(key)
+        run.used = self._epoch
+        return run
 
     def replayer(self, op: OperatorDesc, inputs: Sequence[Buffer], out: Buffer, key: Hashable, in_place: bool = False) -> Callable[[], float | None]:
         """``execute(op, inputs, out=out, key=key, in_place=in_place)`` to repeat on the same buffers
@@ -331,18 +366,27 @@ class Engine:
     def prepare(self, op: OperatorDesc, in_place: bool = False) -> Prepared:
         """The pipeline, buffers and push constants that ``execute(op, ...)`` dispatches, created on
         first use and cached: what a benchmark times, without the copies around it."""
-        groups: int | None = None  # elementwise: the slot's fixed count (see workgroups)
-        if isinstance(op, ReductionDesc):
-            variant, push, meta, clear, groups = self._reduction(op)
-        else:
-            layout = coalesce((*op.inputs, op.output))
-            variant = Variant(op.kernel(), op.shader_dtype(self.kernel_features), layout.kind, len(op.inputs))
-            push = _words([layout.count, len(layout.sizes), *op.shader_params()])
-            meta = None if layout.packed else layout.meta_words()
-            clear = not layout.packed
+        variant, push, meta, clear, groups = self.dispatch_shape(op)
         slot = self._slot(self._capacity(op))
         algorithm, groups = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
         return Prepared(algorithm, push, slot, meta, clear and not in_place, groups)
+
+    def dispatch_shape(self, op: OperatorDesc) -> tuple[Variant, np.ndarray, list[int] | None, bool, int | None]:
+        """``op``'s kernel variant, push constants, meta table (strided layouts), whether its output has
+        gaps to clear, and its workgroup count (None for elementwise kernels: the buffers' capacity
+        decides, see ``workgroups``)."""
+        if isinstance(op, ReductionDesc):
+            return self._reduction(op)
+        layout = coalesce((*op.inputs, op.output))
+        variant = Variant(op.kernel(), op.shader_dtype(self.kernel_features), layout.kind, len(op.inputs))
+        push = _words([layout.count, len(layout.sizes), *op.shader_params()])
+        return variant, push, None if layout.packed else layout.meta_words(), not layout.packed, None
+
+    def variant_spirv(self, variant: Variant) -> bytes:
+        spirv = self._spirv.get(variant)
+        if spirv is None:
+            spirv = self._spirv[variant] = self._compiler.spirv(variant)
+        return spirv
 
     def dispatch_workgroups(self, op: OperatorDesc) -> int:
         """The workgroup count of ``op``'s dispatch (what ``prepare(op).workgroups`` says), worked out
@@ -488,6 +532,8 @@ class Engine:
         idle = [capacity for capacity, slot in self._slots.items() if slot.used < self._epoch]
         for capacity in idle:
             self._evict(capacity)
+        for key in [k for k, run in self._graph_runs.items() if run.used < self._epoch]:
+            self._graph_runs.pop(key).destroy()
         self._epoch += 1
         return len(idle)
 
@@ -524,9 +570,7 @@ class Engine:
             return cached
         while len(self._algorithms) >= self.settings.max_pipelines:
             self._drop_algorithm(next(iter(self._algorithms)))
-        spirv = self._spirv.get(variant)
-        if spirv is None:
-            spirv = self._spirv[variant] = self._compiler.spirv(variant)
+        spirv = self.variant_spirv(variant)
         names = [f"in{i}" for i in range(variant.inputs)] + ["in0" if in_place else "out"]
         if variant.layout == "STRIDED":
             names.append("meta")

@@ -28,6 +28,7 @@ from .config import Settings
 from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor
 from .errors import DeviceFailure, VkactError, WorkerLost
 from .framing import Template
+from .graph_compiler import GraphPlan
 from .operators import OperatorDesc
 from .slots import SlotPool, align, Slot
 from .worker_process import worker_main
@@ -134,9 +135,23 @@ class Result:
 
 
 @dataclass
+class GraphResult:
+    outputs: list[memoryview]   # the graph outputs' buffers inside the slot, in index order; valid until release()
+    kernel_seconds: float       # of the command buffer (every dispatch of the plan)
+    queue_seconds: float
+    _job: Any = field(repr=False)
+
+    def release(self) -> None:
+        """Hand the slot back once the outputs have been read."""
+        for view in self.outputs:
+            view.release()
+        self._job.release()
+
+
+@dataclass
 class _Job:
     id: int
-    op: OperatorDesc
+    op: OperatorDesc | None     # None: a graph job (``graph``, ``outputs``)
     slot: Slot
     inputs: list[tuple[int, int]]
     output: tuple[int, int]
@@ -149,6 +164,8 @@ class _Job:
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
     released: bool = False
+    graph: bytes | None = None   # a graph job: its GraphPlan pickled
+    outputs: tuple[tuple[int, int], ...] = ()
 
     @property
     def template(self) -> Template:
@@ -308,42 +325,13 @@ class DeviceWorker:
         recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
         and -1 when it leaves the queue (to the device, or dropped)."""
         sizes = [a.nbytes for a in inputs]
-        offsets, cursor = [], 0
-        for n in sizes:
-            offsets.append((cursor, n))
-            cursor = align(cursor + n)
+        offsets, cursor = _lay_out(sizes, 0)
         out_bytes = op.output.total_bytes
         output = offsets[0] if in_place else (cursor, out_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
         job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or pickled(op))
-        try:
-            for (offset, n), data in zip(offsets, inputs):
-                if not isinstance(data, np.ndarray):  # read by the source itself (a shared memory region)
-                    await data.fill(slot.mapping.array[offset : offset + n])
-                elif n > LARGE:
-                    await copy_into(slot.mapping.array[offset : offset + n], data)
-                else:  # in place: no coroutine for a small copy
-                    slot.mapping.array[offset : offset + n] = data
-        except BaseException:
-            job.release()
-            raise
-        if self.idle:
-            self._window.take()
-            self._send([job])
-        else:  # queued: it may run in one dispatch with others of its descriptor
-            job.batch_limit = self.batch_limit(type(op))
-            job.batchable = job.batch_limit > 1 and sum(sizes) <= BATCH_BYTES and op.concatenable
-            job.waiting = waiting
-            if waiting is not None:
-                waiting(1)
-            self._queue.append(job)
-            self._queued.set()
-        try:
-            kernel_seconds, batch_size = await job.future
-        except BaseException:
-            if job.id not in self._inflight:  # not on the device: the slot is free again
-                job.release()
-            raise
+        await self._fill(job, inputs)
+        kernel_seconds, batch_size = await self._submit(job, sum(sizes), waiting)
         offset, n = job.output
         return Result(
             memoryview(slot.mapping.mm)[offset : offset + n],
@@ -352,6 +340,56 @@ class DeviceWorker:
             job,
             batch_size,
         )
+
+    async def run_graph(self, plan: GraphPlan, inputs: Sequence[np.ndarray | Source], key: bytes | None = None) -> GraphResult:
+        """Queue a compiled graph (``GraphCompiler.compile``; compile it off the event loop, e.g. in
+        a thread: glslang runs there) on its inputs, one per graph input in index order; raises Busy
+        when the queue is full, the plan's errors as ``run`` does. ``key`` is ``pickle.dumps(plan)``
+        for callers that keep it (the plan crosses to the worker as these bytes)."""
+        sizes = [a.nbytes for a in inputs]
+        offsets, cursor = _lay_out(sizes, 0)
+        outputs, end = _lay_out([plan.graph.output_desc(j).total_bytes for j in range(plan.graph.OutputCount)], cursor)
+        slot = self._pool.acquire(max(1, end))
+        job = _Job(next(self._ids), None, slot, offsets, (0, 0), False, asyncio.get_running_loop().create_future(),
+                   graph=key or pickle.dumps(plan, framing.PROTOCOL), outputs=tuple(outputs))
+        await self._fill(job, inputs)
+        kernel_seconds, _ = await self._submit(job, sum(sizes), None)
+        mm = memoryview(slot.mapping.mm)
+        return GraphResult([mm[o : o + n] for o, n in outputs], kernel_seconds, job.started_at - job.queued_at, job)
+
+    async def _fill(self, job: _Job, inputs: Sequence[np.ndarray | Source]) -> None:
+        array = job.slot.mapping.array
+        try:
+            for (offset, n), data in zip(job.inputs, inputs):
+                if not isinstance(data, np.ndarray):  # read by the source itself (a shared memory region)
+                    await data.fill(array[offset : offset + n])
+                elif n > LARGE:
+                    await copy_into(array[offset : offset + n], data)
+                else:  # in place: no coroutine for a small copy
+                    array[offset : offset + n] = data
+        except BaseException:
+            job.release()
+            raise
+
+    async def _submit(self, job: _Job, input_bytes: int, waiting: Callable[[int], None] | None) -> tuple[float, int]:
+        """Send ``job`` now (the device is idle) or queue it; its (kernel seconds, batch size)."""
+        if self.idle:
+            self._window.take()
+            self._send([job])
+        else:  # queued: it may run in one dispatch with others of its descriptor
+            job.batch_limit = self.batch_limit(type(job.op)) if job.op is not None else 1
+            job.batchable = job.op is not None and job.batch_limit > 1 and input_bytes <= BATCH_BYTES and job.op.concatenable
+            job.waiting = waiting
+            if waiting is not None:
+                waiting(1)
+            self._queue.append(job)
+            self._queued.set()
+        try:
+            return await job.future
+        except BaseException:
+            if job.id not in self._inflight:  # not on the device: the slot is free again
+                job.release()
+            raise
 
     async def _dispatch(self) -> None:
         while True:
@@ -402,7 +440,11 @@ class DeviceWorker:
         self._inflight_batches += 1
         try:
             assert self._conn is not None
-            if len(batch) == 1:
+            if batch[0].graph is not None:
+                job = batch[0]
+                mapping = job.slot.mapping
+                framing.send(self._conn.fileno(), "graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
+            elif len(batch) == 1:
                 job = batch[0]
                 template = job.template
                 tid, new = self._templates.number(template)
@@ -497,6 +539,15 @@ class DeviceWorker:
         self.restarts += 1
         log.error("device worker exited with code %s; restarting (restart %d)", code, self.restarts)
         loop.call_later(min(0.1 * 2 ** min(self.restarts, 6), 5.0), self.start)
+
+
+def _lay_out(sizes: list[int], cursor: int) -> tuple[list[tuple[int, int]], int]:
+    """(offset, size) of buffers placed one after the other from ``cursor``, aligned; and the end."""
+    offsets = []
+    for n in sizes:
+        offsets.append((cursor, n))
+        cursor = align(cursor + n)
+    return offsets, cursor
 
 
 def pickled(op: OperatorDesc) -> bytes:

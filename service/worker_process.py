@@ -29,6 +29,7 @@ from .vulkan_probe import choose, physical_devices
 
 log = logging.getLogger("vkact.worker_process")
 OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes
+GRAPHS_CACHED = 64     # graph plans the worker keeps unpickled, by their bytes
 
 
 class _Engines:
@@ -43,6 +44,7 @@ class _Engines:
         self._ops: OrderedDict[bytes, tuple[OperatorDesc, Any]] = OrderedDict()
         self._templates: dict[int, Template] = {}                  # by number (see _TemplateIds)
         self._replays: dict[int, Callable[[], float | None]] = {}  # what a template's first job did, to redo
+        self._plans: OrderedDict[bytes, Any] = OrderedDict()       # GraphPlans by their pickled bytes
 
     def load_shaders(self) -> int:
         if self.small is not None:
@@ -141,6 +143,31 @@ class _Engines:
             return (job_id, "error", type(exc).__name__, exc.message, exc.field)
         except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
             log.exception("job %d failed", job_id)
+            return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
+
+    def run_graph(self, mappings: dict[str, Mapping], job: tuple) -> tuple:
+        """A graph job: its plan (compiled on the HTTP side) on the main engine, each output copied
+        into its place in the slot."""
+        job_id, key, path, size, inputs, outputs = job
+        try:
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = pickle.loads(key)
+                if len(self._plans) > GRAPHS_CACHED:
+                    self._plans.popitem(last=False)
+            else:
+                self._plans.move_to_end(key)
+            ins, _ = _buffers(mappings, path, size, inputs, (0, 0))
+            before = self.main.stats.kernel_seconds
+            results = self.main.execute_graph(plan, ins)
+            array = mappings[path].array
+            for (offset, n), result in zip(outputs, results):
+                array[offset : offset + n] = result
+            return (job_id, "done", self.main.stats.kernel_seconds - before, 1)
+        except VkactError as exc:
+            return (job_id, "error", type(exc).__name__, exc.message, exc.field)
+        except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
+            log.exception("graph job %d failed", job_id)
             return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
 
     def _run_batch(self, mappings: dict[str, Mapping], jobs: list) -> list[tuple]:
@@ -253,6 +280,8 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
             engines.forget(mappings, msg[1])
         elif msg[0] == "trim":
             engines.trim()
+        elif msg[0] == "graph":
+            framing.send(fd, "done", [engines.run_graph(mappings, msg[1])])
         else:  # "run": a batch
             framing.send(fd, "done", engines.run_jobs(mappings, msg[1]))
     engines.close()

@@ -88,10 +88,6 @@ __all__ = ["OPERATORS", "descriptor_error", "ActivationDesc", "OperatorDesc", "O
 def descriptor_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> DescriptorError:
     """The first pydantic error as a DescriptorError whose field is a dotted path (``InputTensor.Sizes[2]``)."""
     err = exc.errors(include_url=False)[0]
-    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        known = ", ".join(OPERATORS)
-        got = err.get("ctx", {}).get("tag", "nothing")
-        return DescriptorError(".".join((*prefix, "Type")), f"unknown operator Type {got!r}; known: {known}")
     path = list(prefix)
     for part in err["loc"]:
         if part in OPERATORS:
@@ -100,6 +96,10 @@ def descriptor_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> Desc
             path[-1] += f"[{part}]"
         else:
             path.append(str(part))
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # (a graph node's Operator: its path)
+        known = ", ".join(OPERATORS)
+        got = err.get("ctx", {}).get("tag", "nothing")
+        return DescriptorError(".".join((*path, "Type")), f"unknown operator Type {got!r}; known: {known}")
     cause = err.get("ctx", {}).get("error")
     if isinstance(cause, DescriptorError):
         path.append(cause.field or "")

@@ -1,0 +1,140 @@
+"""Graphs (``python -m bench --only graphs``): a fused graph's kernel time against its costliest node
+alone and against its nodes run one by one, on the engine's own objects.
+
+Chains of 1, 2, 4 and 8 elementwise FLOAT32 operators, and LINEAR -> SOFTMAX1 -> SHRINK (rows of 1,024),
+at 2^24 elements. Per graph, interleaved rounds (see timing.rounds) of:
+- fused: the compiled plan's dispatches in one command buffer (GraphRun.kernels), no copies;
+- node by node: the unfused plan's dispatches (one per node) in one command buffer, each node's
+  output a device buffer read by the next: what a caller would get from the nodes one at a time,
+  less the requests' transfers;
+- each node alone: its dispatch as ``Engine.execute`` runs it (bench/kernels.py's kernel time);
+- IREE's compiled chain on the same Vulkan device (bench/iree_peer.py), where installed;
+and, in blocks, both graphs end to end (``execute_graph``: inputs in, outputs out). Medians.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.descriptors import DataType
+from service.descriptors.graph import GraphDesc, parse_graph
+from service.engine import Engine
+from service.graph_compiler import GraphCompiler
+
+from . import iree_peer
+from .kernels import VkBench
+from .timing import blocks, rounds
+
+# Two families: operators with a transcendental function (compute-bound on a CPU driver: fusing saves
+# the memory passes, not the maths), and cheap ones (near the copy ceiling alone: fusing saves nearly all).
+CHAINS = {
+    "exp/tanh": ["LINEAR", "SCALED_TANH", "SHRINK", "SIGMOID", "ELU", "SOFTSIGN", "HARD_SIGMOID", "LEAKY_RELU"],
+    "cheap": ["LINEAR", "RELU", "SHRINK", "LEAKY_RELU", "HARD_SIGMOID", "THRESHOLDED_RELU", "SOFTSIGN", "IDENTITY"],
+}
+LENGTHS = (1, 2, 4, 8)
+ROW = 1024
+TARGET = 1.25   # a chain of 4 within this many times its costliest node's kernel time
+IREE_TARGET = 1.5   # and at least this many times faster than IREE's compiled chain
+
+
+def _graph(kinds: list[str], sizes: list[int], params: dict[str, dict]) -> GraphDesc:
+    tensor = {"DataType": DataType.FLOAT32.value, "Sizes": sizes}
+    nodes = [{"Operator": {"Type": f"DML_OPERATOR_ACTIVATION_{k}", "InputTensor": tensor, **params.get(k, {})}} for k in kinds]
+    n = len(nodes)
+    return parse_graph({
+        "InputCount": 1, "OutputCount": 1, "Nodes": nodes,
+        "InputEdges": [{"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"}],
+        "IntermediateEdges": [{"FromNodeIndex": i, "FromNodeOutputIndex": 0, "ToNodeIndex": i + 1, "ToNodeInputIndex": 0} for i in range(n - 1)],
+        "OutputEdges": [{"FromNodeIndex": n - 1, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
+    })
+
+
+def graphs(log2: int) -> dict[str, GraphDesc]:
+    n = 1 << log2
+    out = {f"{family} chain of {k}": _graph(kinds[:k], [n], {"LINEAR": {"Alpha": 0.5, "Beta": 0.1}})
+           for family, kinds in CHAINS.items() for k in LENGTHS}
+    out["LINEAR -> SOFTMAX1 -> SHRINK"] = _graph(["LINEAR", "SOFTMAX1", "SHRINK"], [n // ROW, ROW], {"SHRINK": {"Threshold": 1e-4}})
+    return out
+
+
+@dataclass
+class GraphResult:
+    name: str
+    nodes: int
+    dispatches: int
+    fused_s: float
+    one_by_one_s: float
+    costliest_s: float
+    costliest: str
+    e2e_fused_s: float
+    e2e_one_by_one_s: float
+    iree_s: float | None = None
+
+
+def measure(engine: Engine, log2: int, repeat: int, warmup: int = 2) -> list[GraphResult]:
+    compiler = GraphCompiler(engine.settings)
+    vk = VkBench(engine)
+    x_array = np.random.default_rng(log2).standard_normal(1 << log2, dtype=np.float32) * 3
+    x = x_array.tobytes()
+    results = []
+    for name, graph in graphs(log2).items():
+        fused, unfused = compiler.compile(graph), compiler.compile(graph, fuse=False)
+        want = engine.execute_graph(unfused, [x])
+        got = engine.execute_graph(fused, [x])
+        assert np.array_equal(got[0], want[0]), f"{name}: fused and node-by-node answers differ"
+        tasks = [("fused", engine.prepare_graph(fused).kernels(fused).eval),
+                 ("one by one", engine.prepare_graph(unfused).kernels(unfused).eval)]
+        tasks += [((f"node {i}", op.type_name()), vk.kernel(op)) for i, op in enumerate(graph.operators)]
+        kinds = [op.type_name().removeprefix("DML_OPERATOR_ACTIVATION_") for op in graph.operators]
+        iree = iree_peer.chain(kinds, x_array) if all(k in iree_peer.BODIES for k in kinds) else None
+        if iree is not None:
+            iree[0]()
+            np.testing.assert_allclose(iree[1](), got[0].view(np.float32), rtol=1e-5, atol=1e-6, err_msg=f"{name}: IREE and vkact disagree")
+            tasks.append(("iree", iree[0]))
+        kernels = rounds(tasks, warmup, repeat)
+        e2e = blocks([("fused", lambda: engine.execute_graph(fused, [x])),
+                      ("one by one", lambda: engine.execute_graph(unfused, [x]))], warmup, repeat)
+        nodes = {key: s.median for key, s in kernels.items() if isinstance(key, tuple)}
+        costliest = max(nodes, key=nodes.__getitem__)
+        results.append(GraphResult(
+            name, len(graph.Nodes), fused.dispatches, kernels["fused"].median, kernels["one by one"].median,
+            nodes[costliest], costliest[1].removeprefix("DML_OPERATOR_ACTIVATION_"),
+            e2e["fused"].median, e2e["one by one"].median, kernels["iree"].median if "iree" in kernels else None))
+        del iree, tasks   # IREE's device memory goes before the next graph's
+        engine.trim(), engine.trim()   # free this graph's buffers before the next one's
+    return results
+
+
+def section(device: str, header: list[tuple[str, str]], log2: int, results: list[GraphResult]) -> str:
+    lines = [f"<!-- graphs: {device} -->", f"## {device}: graphs", ""]
+    lines += [f"- **{k}:** {v}" for k, v in header]
+    lines += [
+        "",
+        f"2^{log2} FLOAT32 elements. Kernel times (ms, medians of interleaved rounds): the fused plan, its nodes as "
+        "one dispatch each in one command buffer, the costliest node alone, and IREE's compiled chain on the same "
+        "Vulkan device (input already on the device, the call that waits for its result; - where IREE is not "
+        "installed or the graph is not a chain of its formulas); end to end: `execute_graph` with the inputs "
+        "copied in and the outputs out.",
+        "",
+        "| graph | nodes | dispatches | fused | one by one | costliest node alone | fused / costliest | one by one / fused | IREE | IREE / fused | end to end fused | end to end one by one |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        iree = "-" if r.iree_s is None else f"{1e3 * r.iree_s:.1f}"
+        iree_ratio = "-" if r.iree_s is None else f"{r.iree_s / r.fused_s:.2f}"
+        lines.append(
+            f"| {r.name} | {r.nodes} | {r.dispatches} | {1e3 * r.fused_s:.1f} | {1e3 * r.one_by_one_s:.1f} | "
+            f"{1e3 * r.costliest_s:.1f} ({r.costliest}) | {r.fused_s / r.costliest_s:.2f} | {r.one_by_one_s / r.fused_s:.2f} | "
+            f"{iree} | {iree_ratio} | {1e3 * r.e2e_fused_s:.1f} | {1e3 * r.e2e_one_by_one_s:.1f} |")
+    lines.append("")
+    for four in (r for r in results if r.name.endswith("chain of 4")):
+        ratio = four.fused_s / four.costliest_s
+        verdict = "met" if ratio <= TARGET else "NOT met"
+        lines.append(f"- Target, {four.name}: within {TARGET}x its costliest node: {ratio:.2f}x, {verdict}.")
+        if four.iree_s is not None:
+            faster = four.iree_s / four.fused_s
+            lines.append(f"- Target, {four.name}: at least {IREE_TARGET}x faster than IREE: {faster:.2f}x, {'met' if faster >= IREE_TARGET else 'NOT met'}.")
+    lines.append("<!-- end graphs -->")
+    return "\n".join(lines) + "\n"
+

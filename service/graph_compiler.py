@@ -1,0 +1,361 @@
+"""The graph compiler: a validated DML_GRAPH_DESC becomes a plan of dispatches.
+
+Steps, in an order that respects the graph's edges:
+- ``FusedStep``: a group of elementwise nodes whose tensors are all packed (contiguous, no
+  broadcast) with one element count and data type: one generated shader (service/graph_glsl.py),
+  one read of each tensor it needs, one write of each value used outside it; every value rounded to
+  its data type where the node-by-node run stores it, so the answer is bit-identical to that run.
+- ``NodeStep``: one node with its operator's own kernel (the engine's elementwise or reduction
+  contract): a softmax-family node, an elementwise node with strided or broadcast tensors, or the
+  nodes of a group whose shader would exceed ``Settings.max_fused_shader_bytes`` (or that glslang
+  refuses): those run node by node, and ``GraphPlan.notes`` says why.
+- ``ReductionStep``: a softmax-family node with the fused group after it in its stores (an
+  epilogue): where the group reads only the reduction's (packed) output, which nothing else reads,
+  and writes one value. Each result is rounded to its type before the epilogue, as the node-by-node
+  run stores it. Elementwise nodes before a reduction (a prologue) stay a dispatch of their own: the
+  reduction reads its input twice, through a dozen load paths (glsl/common/reduction.glsl).
+
+Grouping is greedy in topological order: an elementwise node joins the group emitted last when its
+element count and type agree, else starts a step of its own; a group is thus always after every step
+it reads.
+
+Programs (steps, SPIR-V) are cached by the graph's structure and types, not its scalars: a graph that
+differs only in Alpha gets the same ``GraphProgram`` (and the engine its pipelines); the scalars travel
+in a parameter buffer (fused steps) or the push constants (node steps).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from .config import Settings
+from .descriptors.graph import GraphDesc
+from .errors import ShaderCompileError
+from .descriptors import DataType, packed_strides
+from .graph_glsl import FusedKernel, FusedNode, generate, generate_epilogue
+from .layout import coalesce, row_layout
+from .operators import OperatorDesc
+from .operators.reduction import ReductionDesc
+from .shaders import REDUCTION_UNROLLS
+
+MAX_PROGRAMS = 128   # compiled programs kept (least recently used out)
+
+#: A tensor of the graph: ("input", graph input index) or ("node", node index: its output).
+Value = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class FusedStep:
+    nodes: tuple[int, ...]          # graph node indices, in evaluation order
+    reads: tuple[Value, ...]        # bindings 1.. (binding 0: the parameter words)
+    writes: tuple[Value, ...]       # after the reads
+    count: int                      # elements
+    spirv: bytes
+
+
+    @property
+    def produced(self) -> tuple[Value, ...]:
+        return self.writes
+
+
+@dataclass(frozen=True)
+class NodeStep:
+    node: int
+    reads: tuple[Value, ...]        # the node's inputs, in order
+
+    @property
+    def produced(self) -> tuple[Value, ...]:
+        return (("node", self.node),)
+
+
+@dataclass(frozen=True)
+class ReductionStep:
+    """A softmax-family node with the elementwise nodes after it fused into its stores (epilogue)."""
+
+    node: int
+    reads: tuple[Value, ...]        # the reduction's input
+    epilogue: tuple[int, ...]       # graph node indices, in evaluation order; the last one is written
+    spirv: tuple[tuple[int, bytes], ...]   # (UNROLL, SPIR-V): the engine picks its device's unroll
+
+    @property
+    def produced(self) -> tuple[Value, ...]:
+        return (("node", self.epilogue[-1]),)
+
+
+Step = Union[FusedStep, NodeStep, ReductionStep]
+
+
+@dataclass(frozen=True)
+class GraphProgram:
+    """What a graph's structure compiles to; shared by every graph of that structure."""
+
+    key: str
+    steps: tuple[Step, ...]
+    outputs: tuple[int, ...]        # graph output j is node outputs[j]'s value
+    notes: tuple[str, ...]          # why nodes run unfused (empty when every elementwise group fused)
+
+    @property
+    def dispatches(self) -> int:
+        return len(self.steps)
+
+    @property
+    def fused(self) -> bool:
+        """True when no elementwise node had to run on its own for a reason the plan notes."""
+        return not self.notes
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """A compiled graph: its program and the graph itself (whose scalars the engine reads). What the
+    front-ends report: ``fused``, ``notes``, ``dispatches``."""
+
+    graph: GraphDesc
+    program: GraphProgram
+
+    @property
+    def fused(self) -> bool:
+        return self.program.fused
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.program.notes
+
+    @property
+    def dispatches(self) -> int:
+        return self.program.dispatches
+
+
+def structure_key(graph: GraphDesc) -> str:
+    """The graph less its scalars (float fields), plus each node's kernel (which a scalar may pick)."""
+    nodes = []
+    for op in graph.operators:
+        data = op.model_dump(mode="json", exclude=set(op.scalar_fields()))
+        nodes.append((data, op.kernel(), len(op.shader_params())))
+    edges = graph.model_dump(mode="json", exclude={"Nodes"})
+    return hashlib.sha256(json.dumps([nodes, edges], sort_keys=True).encode()).hexdigest()
+
+
+#: The data types the generator rounds intermediates of (graph_glsl): other types' nodes run with their
+#: own kernels, whose variant follows the device's features (64-bit: native or emulated).
+FUSED_TYPES = frozenset({DataType.FLOAT32, DataType.FLOAT16})
+
+
+def unfused_reason(op: OperatorDesc) -> str | None:
+    """Why an elementwise node with elements runs with its own kernel; None where it can fuse."""
+    if op.data_type not in FUSED_TYPES:
+        return f"is {op.data_type.short}, which fused kernels do not generate"
+    if not coalesce((*op.inputs, op.output)).packed:
+        return "has strided or broadcast tensors"
+    return None
+
+
+def fusable(op: OperatorDesc) -> bool:
+    return op.kind == "elementwise" and op.output.element_count > 0 and unfused_reason(op) is None
+
+
+def generated_cache_dir(settings: Settings) -> Path:
+    """Settings.generated_shader_cache, else generated/ under the SPIR-V cache, else (a read-only image)
+    a directory under the system's temp dir."""
+    for candidate in (settings.generated_shader_cache, settings.spirv_cache / "generated"):
+        if candidate is None:
+            continue
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(candidate, os.W_OK):
+            return candidate
+    fallback = Path(tempfile.gettempdir()) / f"vkact-generated-{os.getuid()}"
+    fallback.mkdir(mode=0o700, exist_ok=True)
+    return fallback
+
+
+class GraphCompiler:
+    """Compiles graphs into plans. Thread-safe: the HTTP side compiles in threads (glslang takes
+    tens of milliseconds), off the event loop and off the device worker's job thread; a lock keeps
+    two compilations of one structure from both running glslang."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings = settings or Settings()
+        self.glsl_dir = settings.glsl_dir
+        self._programs: OrderedDict[str, GraphProgram] = OrderedDict()
+        self._cache_dir: Path | None = None
+        self.compiled = 0   # shaders glslang compiled (not found in the cache)
+        self._lock = threading.Lock()
+
+    def compile(self, graph: GraphDesc, fuse: bool = True) -> GraphPlan:
+        """The plan of ``graph``; ``fuse=False`` gives the node-by-node plan (the oracle, and the
+        bench's baseline)."""
+        key = structure_key(graph) + ("" if fuse else "-unfused")
+        with self._lock:
+            program = self._programs.get(key)
+            if program is None:
+                program = self._programs[key] = self._build(graph, key, fuse)
+                while len(self._programs) > MAX_PROGRAMS:
+                    self._programs.popitem(last=False)
+            else:
+                self._programs.move_to_end(key)
+        return GraphPlan(graph, program)
+
+    # -- planning ---------------------------------------------------------------------------------
+
+    def _build(self, graph: GraphDesc, key: str, fuse: bool) -> GraphProgram:
+        ops = graph.operators
+        reads: dict[int, list[Value]] = {n: [("input", 0)] * len(op.input_fields) for n, op in enumerate(ops)}
+        for e in graph.InputEdges:
+            reads[e.ToNodeIndex][e.ToNodeInputIndex] = ("input", e.GraphInputIndex)
+        for e in graph.IntermediateEdges:
+            reads[e.ToNodeIndex][e.ToNodeInputIndex] = ("node", e.FromNodeIndex)
+        outputs = tuple(e.FromNodeIndex for e in sorted(graph.OutputEdges, key=lambda e: e.GraphOutputIndex))
+
+        groups: list[list[int]] = []     # node groups in order; a NodeStep is a group of one non-fusable node
+        for n in graph.order:
+            last = groups[-1] if groups else None
+            if fuse and fusable(ops[n]) and last and fusable(ops[last[0]]) and _agree(ops[last[0]], ops[n]):
+                last.append(n)
+            else:
+                groups.append([n])
+
+        steps: list[Step] = []
+        notes: list[str] = []
+        for group in groups:
+            if not fuse or not fusable(ops[group[0]]):
+                steps.append(NodeStep(group[0], tuple(reads[group[0]])))
+                if fuse and ops[group[0]].kind == "elementwise" and ops[group[0]].output.element_count:
+                    notes.append(f"Nodes[{group[0]}] ({ops[group[0]].type_name()}) {unfused_reason(ops[group[0]])}: it runs with its own kernel")
+                continue
+            try:
+                steps.append(self._fuse(graph, group, reads, outputs))
+            except (ShaderCompileError, _TooLarge) as exc:
+                notes.append(f"Nodes{group} run node by node: {exc}")
+                steps += [NodeStep(n, tuple(reads[n])) for n in group]
+        if fuse:
+            steps = self._epilogues(graph, steps, outputs, notes)
+        return GraphProgram(key, tuple(steps), outputs, tuple(notes))
+
+    def _epilogues(self, graph: GraphDesc, steps: list[Step], outputs: tuple[int, ...], notes: list[str]) -> list[Step]:
+        """A reduction node step followed by a fused step that reads only the reduction's output,
+        which nothing else reads, and writes one value: one ReductionStep, the fused nodes applied to
+        each result before it is stored (where the reduction's output is packed, as the fused nodes'
+        tensors are)."""
+        ops = graph.operators
+        out: list[Step] = []
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            nxt = steps[i + 1] if i + 1 < len(steps) else None
+            if (
+                isinstance(step, NodeStep) and isinstance(nxt, FusedStep) and ops[step.node].kind == "reduction"
+                and nxt.reads == (("node", step.node),) and len(nxt.writes) == 1 and nxt.writes[0] == ("node", nxt.nodes[-1])
+                and step.node not in outputs
+                and not any(("node", step.node) in s.reads for s in steps if s is not nxt)
+                and ops[step.node].output.strides == packed_strides(ops[step.node].output.Sizes)
+            ):
+                try:
+                    out.append(self._reduction_epilogue(graph, step, nxt))
+                    i += 2
+                    continue
+                except (ShaderCompileError, _TooLarge) as exc:
+                    notes.append(f"Nodes{list(nxt.nodes)} run after Nodes[{step.node}], not in its stores: {exc}")
+            out.append(step)
+            i += 1
+        return out
+
+    def _reduction_epilogue(self, graph: GraphDesc, step: NodeStep, fused: FusedStep) -> ReductionStep:
+        op = graph.operators[step.node]
+        assert isinstance(op, ReductionDesc)
+        inside = set(fused.nodes)
+        sources = {(e.ToNodeIndex, e.ToNodeInputIndex): e.FromNodeIndex for e in graph.IntermediateEdges}
+
+        def name(n: int, slot: int) -> str:
+            source = sources[(n, slot)]
+            return f"v{source}" if source in inside else "x0"
+
+        nodes = tuple(
+            FusedNode(graph.operators[n].kernel(), tuple(name(n, s) for s in range(len(graph.operators[n].input_fields))), f"v{n}")
+            for n in fused.nodes
+        )
+        layout = row_layout((*op.inputs, op.output), op.reduced_axes()).kind
+        dtype = op.data_type.info.shader or ""
+        spirv = []
+        for unroll in REDUCTION_UNROLLS:
+            source = generate_epilogue(op.kernel(), dtype, layout, unroll, nodes, self.glsl_dir)
+            limit = self.settings.max_fused_shader_bytes
+            if len(source) > limit:
+                raise _TooLarge(f"its generated shader is {len(source)} bytes, beyond max_fused_shader_bytes ({limit})")
+            spirv.append((unroll, self._spirv(source)))
+        return ReductionStep(step.node, step.reads, fused.nodes, tuple(spirv))
+
+    def _fuse(self, graph: GraphDesc, group: list[int], reads: dict[int, list[Value]], outputs: tuple[int, ...]) -> FusedStep:
+        ops = graph.operators
+        inside = set(group)
+        read_values: list[Value] = []
+        for n in group:
+            for v in reads[n]:
+                if not (v[0] == "node" and v[1] in inside) and v not in read_values:
+                    read_values.append(v)
+        used_outside = {v for m, vs in reads.items() if m not in inside for v in vs} | {("node", n) for n in outputs}
+        write_values = [("node", n) for n in group if ("node", n) in used_outside]
+
+        def name(v: Value) -> str:
+            return f"v{v[1]}" if v[0] == "node" and v[1] in inside else f"x{read_values.index(v)}"
+
+        nodes = tuple(FusedNode(ops[n].kernel(), tuple(name(v) for v in reads[n]), f"v{n}") for n in group)
+        kernel = FusedKernel(ops[group[0]].data_type.info.shader or "", len(read_values), nodes, tuple(name(v) for v in write_values))
+        source = generate(kernel, self.glsl_dir)
+        limit = self.settings.max_fused_shader_bytes
+        if len(source) > limit:
+            raise _TooLarge(f"its generated shader is {len(source)} bytes, beyond max_fused_shader_bytes ({limit})")
+        return FusedStep(tuple(group), tuple(read_values), tuple(write_values), ops[group[0]].output.element_count, self._spirv(source))
+
+    # -- glslang ----------------------------------------------------------------------------------
+
+    def _spirv(self, source: str) -> bytes:
+        """The SPIR-V of a generated shader, from the content-hashed cache or compiled now."""
+        h = hashlib.sha256(source.encode())
+        for include in sorted((self.glsl_dir / "common").glob("*.glsl")):
+            h.update(include.name.encode() + include.read_bytes())
+        if self._cache_dir is None:
+            self._cache_dir = generated_cache_dir(self.settings)
+        path = self._cache_dir / f"graph-{h.hexdigest()[:24]}.spv"
+        if path.exists():
+            return path.read_bytes()
+        fd, src = tempfile.mkstemp(dir=self._cache_dir, suffix=".comp")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        fd, tmp = tempfile.mkstemp(dir=self._cache_dir, suffix=".spv.tmp")
+        os.close(fd)
+        try:
+            cmd = [self.settings.glslang, "-V", "--target-env", "vulkan1.1", f"-I{self.glsl_dir}", src, "-o", tmp]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+            except FileNotFoundError:
+                raise ShaderCompileError(f"no {self.settings.glslang} to compile a fused graph shader") from None
+            if proc.returncode != 0:
+                lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip() and ln.strip() != src]
+                raise ShaderCompileError("glslang refused the fused shader:\n" + "\n".join(lines[:20]))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+            self.compiled += 1
+        finally:
+            for leftover in (src, tmp):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+        return path.read_bytes()
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _agree(a: OperatorDesc, b: OperatorDesc) -> bool:
+    return a.data_type == b.data_type and a.output.element_count == b.output.element_count
+

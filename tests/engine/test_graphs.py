@@ -1,0 +1,233 @@
+"""DML graphs on the real device: the compiled plan (fused elementwise groups, softmax-family nodes as
+their own dispatches) gives answers bit-identical to the graph's nodes run one by one through
+``Engine.execute`` (the oracle), FLOAT16 included; the float64 references chained node by node are a
+sanity check. Pipelines are reused when only scalars change. Both memory modes (the engine fixture)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client.buffers import to_buffer, view
+from service.config import Settings
+from service.descriptors.graph import GraphDesc, parse_graph
+from service.graph_compiler import FusedStep, GraphCompiler, NodeStep, ReductionStep
+from tests.graph_helpers import SIZES, activation, chain, linear_tanh_shrink, node_by_node, sample, shared_intermediate
+from tests.helpers import tensor
+
+
+
+@pytest.fixture(scope="module")
+def compiler() -> GraphCompiler:
+    return GraphCompiler(Settings())
+
+
+def run_both(engine, compiler, graph: GraphDesc, arrays: list[np.ndarray]):
+    buffers = [to_buffer(a, d.Strides, d.total_bytes) for a, d in zip(arrays, (graph.input_desc(i) for i in range(graph.InputCount)))]
+    plan = compiler.compile(graph)
+    fused = engine.execute_graph(plan, buffers)
+    oracle = node_by_node(engine, graph, buffers)
+    return plan, fused, oracle
+
+
+def assert_bits_equal(fused: list[np.ndarray], oracle: list[np.ndarray]) -> None:
+    assert len(fused) == len(oracle)
+    for j, (a, b) in enumerate(zip(fused, oracle)):
+        diff = np.flatnonzero(a != b)
+        assert diff.size == 0, f"output {j}: {diff.size} bytes differ, first at byte {diff[0]}"
+
+
+def chained_reference(graph: GraphDesc, x: np.ndarray) -> np.ndarray:
+    for op in graph.operators:
+        x = op.reference(x)
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_linear_scaled_tanh_shrink_is_one_dispatch_bit_identical(engine, compiler, dtype):
+    graph = linear_tanh_shrink(dtype)
+    x = sample(dtype)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    assert plan.fused and plan.dispatches == 1 and isinstance(plan.program.steps[0], FusedStep)
+    assert_bits_equal(fused, oracle)
+    y = view(fused[0], dtype, SIZES, None)
+    ref = chained_reference(graph, x)
+    finite = np.isfinite(ref)
+    assert np.array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_allclose(y[finite].astype(np.float64), ref[finite].astype(np.float64), rtol=0, atol=4 * float(np.finfo(dtype).eps) * 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_parameterized_relu_then_softmax1(engine, compiler, dtype):
+    sizes = (2, 3, 64)
+    graph = parse_graph({
+        "InputCount": 2, "OutputCount": 1,
+        "Nodes": [
+            {"Operator": activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor", "SlopeTensor"))},
+            {"Operator": activation("SOFTMAX1", dtype, sizes, Axes=[1, 2])},
+        ],
+        "InputEdges": [
+            {"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"},
+            {"GraphInputIndex": 1, "ToNodeIndex": 0, "ToNodeInputIndex": 1, "Name": "slope"},
+        ],
+        "IntermediateEdges": [{"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0}],
+        "OutputEdges": [{"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
+    })
+    x = sample(dtype, sizes)
+    x.reshape(-1)[:8] = np.linspace(-2, 2, 8)   # softmax: NaN/inf would make whole rows NaN
+    slope = (np.random.default_rng(1).random(sizes) * 0.5).astype(dtype)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x, slope])
+    assert plan.dispatches == 2 and isinstance(plan.program.steps[1], NodeStep)
+    assert_bits_equal(fused, oracle)
+    y = view(fused[0], dtype, sizes, None)
+    ref = graph.operators[1].reference(graph.operators[0].reference(x, slope))
+    np.testing.assert_allclose(y.astype(np.float64), ref.astype(np.float64), rtol=8 * float(np.finfo(dtype).eps), atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_two_outputs_and_a_shared_intermediate(engine, compiler, dtype):
+    graph = shared_intermediate(dtype)
+    assert graph.output_names() == ("s", "p", "l")
+    x = sample(dtype)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    step = plan.program.steps[0]
+    assert plan.dispatches == 1 and isinstance(step, FusedStep) and len(step.writes) == 3 and len(step.reads) == 1
+    assert_bits_equal(fused, oracle)
+
+
+def test_a_new_alpha_reuses_the_pipelines(engine, compiler):
+    """LINEAR -> SOFTMAX1 -> SHRINK: fused steps and a node step; a second Alpha and Threshold compile
+    to the same program and run on the same pipelines, with the new scalars' answer."""
+    dtype, sizes = np.float32, (4, 300)
+
+    def graph(alpha: float, threshold: float) -> GraphDesc:
+        return parse_graph(chain([
+            activation("LINEAR", dtype, sizes, Alpha=alpha, Beta=0.25),
+            activation("SOFTMAX1", dtype, sizes, Axes=[1]),
+            activation("SHRINK", dtype, sizes, Bias=0.001, Threshold=threshold),
+        ]))
+
+    x = sample(dtype, sizes)
+    x.reshape(-1)[:8] = 0.5
+    first, fused1, oracle1 = run_both(engine, compiler, graph(1.5, 0.002), [x])
+    assert first.dispatches == 2 and isinstance(first.program.steps[1], ReductionStep)   # SHRINK in SOFTMAX1's stores
+    assert_bits_equal(fused1, oracle1)
+    created, glslang_runs = engine.stats.pipelines_created, compiler.compiled
+    second = compiler.compile(graph(-3.0, 0.004))
+    assert second.program is first.program
+    fused2 = engine.execute_graph(second, [x.tobytes()])
+    assert engine.stats.pipelines_created == created and compiler.compiled == glslang_runs
+    assert not np.array_equal(fused1[0], fused2[0])
+    assert_bits_equal(fused2, node_by_node(engine, second.graph, [x.tobytes()]))
+
+
+def test_strided_and_broadcast_nodes_run_unfused_and_say_so(engine, compiler):
+    """A broadcast SlopeTensor has no packed layout: that node runs with its own kernel; the answer is
+    still the node-by-node one, and the plan notes why."""
+    dtype, sizes = np.float32, (6, 40)
+    slope_desc = tensor(dtype, sizes, (0, 1))
+    prelu = activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor",))
+    prelu["SlopeTensor"] = slope_desc
+    graph = parse_graph({
+        "InputCount": 2, "OutputCount": 1,
+        "Nodes": [{"Operator": activation("TANH", dtype, sizes)}, {"Operator": prelu}, {"Operator": activation("RELU", dtype, sizes)}],
+        "InputEdges": [
+            {"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"},
+            {"GraphInputIndex": 1, "ToNodeIndex": 1, "ToNodeInputIndex": 1, "Name": "slope"},
+        ],
+        "IntermediateEdges": [
+            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0},
+            {"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "ToNodeIndex": 2, "ToNodeInputIndex": 0},
+        ],
+        "OutputEdges": [{"FromNodeIndex": 2, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
+    })
+    x = sample(dtype, sizes)
+    slope = np.linspace(0.1, 0.9, sizes[1], dtype=dtype)
+    plan = compiler.compile(graph)
+    assert not plan.fused and "Nodes[1]" in plan.notes[0] and plan.dispatches == 3
+    inputs = [x.tobytes(), slope.tobytes()]
+    assert_bits_equal(engine.execute_graph(plan, inputs), node_by_node(engine, graph, inputs))
+
+
+def test_node_by_node_plan_gives_the_fused_answer(engine, compiler):
+    graph = linear_tanh_shrink(np.float16, alpha=-2.5)
+    x = to_buffer(sample(np.float16, seed=3), None, graph.input_desc(0).total_bytes)
+    unfused = compiler.compile(graph, fuse=False)
+    assert unfused.dispatches == 3 and all(isinstance(s, NodeStep) for s in unfused.program.steps)
+    assert_bits_equal(engine.execute_graph(unfused, [x]), engine.execute_graph(compiler.compile(graph), [x]))
+
+
+def test_a_shader_beyond_the_size_limit_runs_node_by_node(engine):
+    small = GraphCompiler(Settings(max_fused_shader_bytes=4096))
+    graph = linear_tanh_shrink(np.float32)
+    plan = small.compile(graph)
+    assert not plan.fused and "max_fused_shader_bytes" in plan.notes[0] and plan.dispatches == 3
+    x = sample(np.float32).tobytes()
+    assert_bits_equal(engine.execute_graph(plan, [x]), node_by_node(engine, graph, [x]))
+
+
+def test_wrong_input_size_is_refused(engine, compiler):
+    from service.errors import InvalidRequest
+
+    plan = compiler.compile(linear_tanh_shrink(np.float32))
+    with pytest.raises(InvalidRequest) as err:
+        engine.execute_graph(plan, [b"\0" * 8])
+    assert err.value.field == "x"
+
+
+def test_generated_shaders_fall_back_to_a_temp_dir(tmp_path, monkeypatch):
+    """A read-only image: neither the setting's directory nor the SPIR-V cache can be written, so the
+    generated shaders go under the system's temp dir (TMPDIR, writable in the restricted pod)."""
+    from service.graph_compiler import generated_cache_dir
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    settings = Settings(generated_shader_cache=blocked / "gen", spirv_cache=blocked / "spirv")
+    where = generated_cache_dir(settings)
+    assert where.parent == tmp_path / "tmp"
+    plan = GraphCompiler(settings).compile(linear_tanh_shrink(np.float32))
+    assert plan.fused and any(p.suffix == ".spv" for p in where.iterdir())
+    assert generated_cache_dir(Settings(generated_shader_cache=tmp_path / "mine")) == tmp_path / "mine"
+
+
+def test_a_graph_beyond_the_buffer_pool_is_refused(engine, compiler, monkeypatch):
+    """Intermediates are sized by their declared descriptors, not by the data sent: a graph whose
+    buffers together exceed VKACT_POOL_BYTES is a 413 before anything is allocated."""
+    from service.errors import PayloadTooLarge
+
+    sizes = (7, 1000)   # a structure no other test runs: no program of it is kept yet
+    graph = parse_graph(chain([activation("RELU", np.float32, sizes), activation("TANH", np.float32, sizes)]))
+    monkeypatch.setattr(engine, "settings", engine.settings.model_copy(update={"pool_bytes": 1 << 14}))
+    with pytest.raises(PayloadTooLarge) as err:
+        engine.execute_graph(compiler.compile(graph), [sample(np.float32, sizes).tobytes()])
+    assert err.value.field == "Graph" and "VKACT_POOL_BYTES" in err.value.message
+
+
+def test_empty_tensors_give_empty_outputs(engine, compiler):
+    """vkact allows size-0 dimensions (as ONNX does): nothing is dispatched, the outputs are empty."""
+    graph = parse_graph(chain([activation("RELU", np.float32, (0, 4)), activation("SOFTMAX1", np.float32, (0, 4))]))
+    plan = compiler.compile(graph)
+    assert plan.fused and not plan.notes
+    assert [o.nbytes for o in engine.execute_graph(plan, [b""])] == [0]
+
+
+@pytest.mark.parametrize("axes", [[1], [0]], ids=["rows", "columns"])   # columns: the strided row layout
+@pytest.mark.parametrize("kind", ["SOFTMAX1", "LOG_SOFTMAX1", "HARDMAX1"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_elementwise_nodes_after_a_reduction_go_into_its_stores(engine, compiler, dtype, kind, axes):
+    """SOFTMAX-family -> LINEAR -> SCALED_TANH: one dispatch, each result rounded to its type before the
+    epilogue (where the node-by-node run stores it), bit-identical to the nodes one by one."""
+    sizes = (40, 72)
+    graph = parse_graph(chain([
+        activation(kind, dtype, sizes, Axes=axes),
+        activation("LINEAR", dtype, sizes, Alpha=3.0, Beta=-0.7),
+        activation("SCALED_TANH", dtype, sizes, Alpha=0.9, Beta=1.1),
+    ]))
+    x = sample(dtype, sizes, seed=7)
+    x.reshape(-1)[:8] = np.linspace(-1, 1, 8)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    assert plan.dispatches == 1 and isinstance(plan.program.steps[0], ReductionStep)
+    assert_bits_equal(fused, oracle)
