@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import InvalidRequest, NotReady, PayloadTooLarge
 from ..operators import OperatorDesc
-from ..worker import pickled
+from ..worker import descriptor_key
 from .execution import execute, record_success
 from .grpc_messages import pb
 from .header_cache import HeaderCache
@@ -90,7 +90,7 @@ class _Decided:
     """What a repeated all-raw request without shared memory decides (see the module's docstring)."""
 
     op: OperatorDesc
-    key: bytes                  # pickled(op)
+    key: bytes                  # descriptor_key(op)
     plans: list[OutputPlan]
     sizes: list[int]            # each raw entry's byte count, in descriptor order
     order: list[int]            # for each descriptor input, its raw entry
@@ -102,7 +102,7 @@ class _Decided:
         position = {t.name: i for i, t in enumerate(req.inputs)}
         order = [position[name] for name in op.input_fields]
         sizes = [prod(desc.Sizes) * desc.DataType.info.size for desc in op.inputs]
-        return _Decided(op, pickled(op), plans, sizes, order)
+        return _Decided(op, descriptor_key(op), plans, sizes, order)
 
     def buffers(self, raw: list[bytes]) -> list[np.ndarray] | None:
         """The inputs' buffers, or None when the entries' sizes differ from the shapes (then the whole

@@ -25,7 +25,7 @@ from ..descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
 from ..descriptors import FeatureLevel as Level
 from ..errors import DescriptorError, NotReady
 from ..operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
-from ..worker import DeviceWorker, pickled
+from ..worker import DeviceWorker, descriptor_key
 from .catalog import catalog
 from .v2_models import kernel_features
 from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
@@ -112,7 +112,7 @@ def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tupl
             where[field] = (offset, len(slices[field]))
             offset += len(slices[field])
         binary = [where[f"Inputs.{name}"] for name in op.input_fields]
-    return Parsed(req, op, pickled(op), encoding, binary), buffers
+    return Parsed(req, op, descriptor_key(op), encoding, binary), buffers
 
 
 def _check_covered(data: Any, desc: TensorDesc, name: str) -> None:

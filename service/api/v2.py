@@ -20,7 +20,7 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 from ..errors import InvalidRequest, NotReady, UnknownOperator, VkactError
 from ..operators import OperatorDesc
 from ..shared_memory import Region, SharedMemoryRegistry
-from ..worker import pickled
+from ..worker import descriptor_key
 from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
 from .header_cache import HeaderCache
 from .metrics import MODEL_VERSION
@@ -234,7 +234,7 @@ class _Parsed:
             offset += params["binary_data_size"]
         if any(plan.region is not None for plan in plans):
             return None
-        return _Parsed(req, op, pickled(op), [where[name] for name in op.input_fields], plans)
+        return _Parsed(req, op, descriptor_key(op), [where[name] for name in op.input_fields], plans)
 
     def buffers(self, tail: memoryview) -> list[np.ndarray]:
         return [padded(tail[o : o + n], desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
