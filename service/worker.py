@@ -34,10 +34,10 @@ from .slots import SlotPool, align, Slot
 from .worker_process import worker_main
 
 log = logging.getLogger("vkact.worker")
-BATCH_BYTES = 1 << 20  # inputs up to this size may be batched (larger ones gain nothing from it)
+from .limits import BATCH_BYTES
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
-IN_FLIGHT = 2          # jobs handed to the worker at once: one running, one ready to start
-TEMPLATES = 256        # job templates (see _TemplateIds) each side keeps
+from .limits import IN_FLIGHT
+from .limits import TEMPLATES
 
 
 LARGE = 1 << 20  # copies above this size run in a thread (numpy releases the GIL) to keep the loop free

@@ -26,7 +26,7 @@ Handler = Callable[..., Awaitable[Response]]
 
 
 CLAIM_KEY = "vkact.claim"  # scope key: the request's claim on the budget of bytes in flight (within_budget)
-CONTROL_BODY_BYTES = 1 << 16  # the bodies of control requests (repository, shared memory) are a few bytes
+from ..limits import CONTROL_BODY_BYTES
 OPERATOR_KEY = "vkact.operator"  # scope key: the operator (model) a failure from then on counts against
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidRequest, NotReady, PayloadTooLarge
+from ..dataplane import ready_device
+from ..errors import InvalidRequest, PayloadTooLarge
 from ..operators import OperatorDesc
 from ..worker import descriptor_key
 from .execution import execute, record_success
@@ -113,10 +114,7 @@ class _Decided:
 
 
 async def model_infer(state: Runtime, model: type[OperatorDesc], msg: Any, started: float) -> Any:
-    worker = state.worker
-    if worker is None or not worker.ready or worker.info is None:
-        raise NotReady("the device is not ready yet")
-    max_tensor_bytes = worker.info["max_tensor_bytes"]
+    max_tensor_bytes = ready_device(state.worker)["max_tensor_bytes"]
     raw, request_id = list(msg.raw_input_contents), msg.id
     cache: HeaderCache[_Decided] = state.grpc_requests
     key = decided = buffers = None

@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
+from ..dataplane import NOT_READY, is_ready
 from ..errors import InvalidRequest, UnknownOperator
 from . import grpc_transport as status_codes
 from .errors import count_error, protocol_error
@@ -53,7 +54,7 @@ CODES = {
 SERVICE_NAME = "inference.GRPCInferenceService"
 HEALTH_SERVICE_NAME = "grpc.health.v1.Health"
 HEALTH_POLL_S = 1.0  # how soon health Watch streams see readiness change (Check is always current)
-STREAM_IN_FLIGHT = 128  # requests of one ModelStreamInfer running at once; beyond, each is answered with an error
+from ..limits import STREAM_IN_FLIGHT
 
 
 class InferenceServicer:
@@ -62,7 +63,7 @@ class InferenceServicer:
         self.version = version
 
     def _ready(self) -> bool:
-        return self.state.worker is not None and self.state.worker.ready
+        return is_ready(self.state.worker)
 
     # -- health and metadata ---------------------------------------------------------------------
 
@@ -103,7 +104,7 @@ class InferenceServicer:
         ready = self._ready()
         if request.ready and not ready:
             return pb.RepositoryIndexResponse()
-        state, reason = ("READY", "") if ready else ("UNAVAILABLE", "the device is not ready yet")
+        state, reason = ("READY", "") if ready else ("UNAVAILABLE", NOT_READY)
         entries = [pb.RepositoryIndexResponse.ModelIndex(name=name, version=MODEL_VERSION, state=state, reason=reason) for name in MODELS]
         return pb.RepositoryIndexResponse(models=entries)
 
@@ -218,7 +219,7 @@ class HealthServicer:
     def status(self, service: str) -> Any:
         if service not in ("", SERVICE_NAME):
             raise RpcError(status_codes.NOT_FOUND, f"unknown service {service!r}")
-        serving = self.state.worker is not None and self.state.worker.ready
+        serving = is_ready(self.state.worker)
         return health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
 
     async def Check(self, request: Any) -> Any:

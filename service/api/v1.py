@@ -23,8 +23,9 @@ from client.codec import (
 from ..config import Settings
 from ..descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
 from ..descriptors import FeatureLevel as Level
-from ..errors import DescriptorError, NotReady
+from ..errors import DescriptorError
 from ..operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
+from ..dataplane import device_report, ready_device
 from ..worker import DeviceWorker, descriptor_key
 from .catalog import catalog
 from .v2_models import kernel_features
@@ -163,9 +164,7 @@ async def execute(request: Request) -> Response:
     body = await request_body(request, limit)
     header_length = request.headers.get(HEADER_LENGTH)
     raw, tail = frame_parts(body, header_length)
-    if not worker.ready or worker.info is None:
-        raise NotReady("the device is not ready yet")
-    max_tensor_bytes = worker.info["max_tensor_bytes"]
+    max_tensor_bytes = ready_device(worker)["max_tensor_bytes"]
     cache: HeaderCache[Parsed] = state.v1_headers
     key = cache.key(raw, len(tail), max_tensor_bytes) if len(tail) else None
     parsed = cache.get(key)
@@ -218,9 +217,7 @@ async def operators(worker: WorkerDep) -> dict[str, Any]:
 
 @router.get("/device", summary="The Vulkan device in use and its limits")
 async def device(worker: WorkerDep, settings: SettingsDep) -> dict[str, Any]:
-    if worker.info is None:
-        raise NotReady("the device is not ready yet")
-    info = worker.info
+    info = device_report(worker)
     dev = info["device"]
     return {
         "name": dev["name"],

@@ -17,9 +17,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
-from ..errors import InvalidRequest, NotReady, UnknownOperator, VkactError
+from ..errors import InvalidRequest, UnknownOperator, VkactError
 from ..operators import OperatorDesc
 from ..shared_memory import Region, SharedMemoryRegistry
+from ..dataplane import NOT_READY, is_ready, ready_device
 from ..worker import descriptor_key
 from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
 from .header_cache import HeaderCache
@@ -65,7 +66,7 @@ class RequestIdMiddleware:
 
 
 def _ready(request: Request) -> bool:
-    return device_worker(request).ready
+    return is_ready(device_worker(request))
 
 
 # -- health and metadata --------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ async def repository_index(request: Request) -> list[dict[str, Any]]:
     state = "READY" if _ready(request) else "UNAVAILABLE"
     if only_ready and state != "READY":
         return []
-    reason = "" if state == "READY" else "the device is not ready yet"
+    reason = "" if state == "READY" else NOT_READY
     return [{"name": name, "version": MODEL_VERSION, "state": state, "reason": reason} for name in MODELS]
 
 
@@ -253,10 +254,8 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     count_against(request, model_class.type_name())  # failures from here on count against the model
     state = runtime(request)
     worker = device_worker(request)
-    if not worker.ready or worker.info is None:
-        raise NotReady("the device is not ready yet")
+    max_tensor_bytes = ready_device(worker)["max_tensor_bytes"]
     limit = state.settings.max_body_bytes
-    max_tensor_bytes = worker.info["max_tensor_bytes"]
     headers = request.headers
     body = await request_body(request, limit)
     header_length = headers.get(HEADER_LENGTH)

@@ -1,0 +1,11 @@
+"""The data plane under every front-end (/v1, /v2 over HTTP, gRPC), as MLServer's handlers/dataplane.py
+and KServe's protocol/dataplane.py sit under their REST and gRPC servers: what a request means to the
+device, whatever wire it came on. It knows nothing of HTTP, gRPC or JSON.
+
+- readiness: whether the device can take inferences (one answer for every probe and route)
+- limits (service/limits.py): the fixed limits, in one place
+- the canonical key of a descriptor: service.worker.descriptor_key (service/descriptors/canonical.py)
+"""
+from .readiness import NOT_READY, device_report, is_ready, ready_device
+
+__all__ = ["NOT_READY", "device_report", "is_ready", "ready_device"]
