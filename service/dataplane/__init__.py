@@ -2,9 +2,15 @@
 and KServe's protocol/dataplane.py sit under their REST and gRPC servers: what a request means to the
 device, whatever wire it came on. It knows nothing of HTTP, gRPC or JSON.
 
-- readiness: whether the device can take inferences (one answer for every probe and route)
+- models.py: the operators as models (names, versions, inputs and outputs, data types), from the registry
+- execution.py: the call to the device worker (timeout, the client's departure) and the bookkeeping of
+  an answer
+- metrics.py: every series and Triton's per-model statistics, counted once for all front-ends
+- readiness.py: whether the device can take inferences (one answer for every probe and route)
 - limits (service/limits.py): the fixed limits, in one place
 - the canonical key of a descriptor: service.worker.descriptor_key (service/descriptors/canonical.py)
+
+The front-ends (service/api/v1, v2, grpc) translate their wire formats to and from it.
 """
 from .readiness import NOT_READY, device_report, is_ready, ready_device
 

@@ -1,7 +1,7 @@
 """/v2: the Open Inference Protocol (KServe v2) with Triton's extensions (binary tensor data, system
 shared memory, model repository index, model configuration), so tritonclient, perf_analyzer and KServe
-clients talk to vkact as to Triton. Each operator is a model (see v2_models); an inference is parsed
-(v2_codec, v2_encoding), run through the execution path /v1 uses (execution.py) and answered (v2_outputs)."""
+clients talk to vkact as to Triton. Each operator is a model (see dataplane.models); an inference is parsed
+(v2.codec, v2.encoding), run through the data plane as /v1 is (dataplane.execution) and answered (v2.outputs)."""
 from __future__ import annotations
 
 import time
@@ -17,21 +17,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
-from ..errors import InvalidRequest, UnknownOperator, VkactError
-from ..operators import OperatorDesc
-from ..shared_memory import Region, SharedMemoryRegistry
-from ..dataplane import NOT_READY, is_ready, ready_device
-from ..worker import descriptor_key
-from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
-from .header_cache import HeaderCache
-from .metrics import MODEL_VERSION
-from .runtime import device_worker, runtime
-from .json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
-from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
-from .v2_encoding import choose_encoding, compress
-from .model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters
-from .v2_models import MODELS, find_model
-from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
+from ...errors import InvalidRequest, UnknownOperator, VkactError
+from ...operators import OperatorDesc
+from ...shared_memory import Region, SharedMemoryRegistry
+from ...dataplane import NOT_READY, is_ready, ready_device
+from ...worker import descriptor_key
+from ..execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
+from ..header_cache import HeaderCache
+from ...dataplane.metrics import MODEL_VERSION
+from ..runtime import device_worker, runtime
+from ..json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
+from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
+from .encoding import choose_encoding, compress
+from ..model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters
+from ...dataplane.models import MODELS, find_model
+from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 

@@ -1,6 +1,6 @@
 """gRPC's ModelInfer on /v2's path: the protobuf request becomes /v2's InferenceRequest (raw inputs as
 binary tensors after it, typed contents as JSON data), then the same functions decide everything
-(v2_codec.build_operator and decode_inputs, v2_outputs.plan_outputs, execution.execute) and the
+(v2.codec.build_operator and decode_inputs, v2.outputs.plan_outputs, execution.execute) and the
 answer carries one raw_output_contents entry per output, as Triton answers (empty for an output
 written to shared memory).
 
@@ -16,19 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from ..dataplane import ready_device
-from ..errors import InvalidRequest, PayloadTooLarge
-from ..operators import OperatorDesc
-from ..worker import descriptor_key
-from .execution import execute, record_success
-from .grpc_messages import pb
-from .header_cache import HeaderCache
-from .metrics import MODEL_VERSION
-from .runtime import Runtime
-from .v2 import Regions
-from .v2_codec import InferenceRequest, build_operator, decode_inputs, envelope, padded
-from .v2_models import DML_TO_V2
-from .v2_outputs import OutputPlan, output_bytes, plan_outputs
+from ...dataplane import ready_device
+from ...errors import InvalidRequest, PayloadTooLarge
+from ...operators import OperatorDesc
+from ...worker import descriptor_key
+from ...dataplane.execution import execute, record_success
+from .messages import pb
+from ..header_cache import HeaderCache
+from ...dataplane.metrics import MODEL_VERSION
+from ..runtime import Runtime
+from ..v2.routes import Regions
+from ..v2.codec import InferenceRequest, build_operator, decode_inputs, envelope, padded
+from ...dataplane.models import DML_TO_V2
+from ..v2.outputs import OutputPlan, output_bytes, plan_outputs
 
 #: InferTensorContents' field for each datatype; FP16 and BF16 travel as raw bytes only.
 CONTENTS = {

@@ -20,19 +20,19 @@ from client.codec import (
     frame_parts,
 )
 
-from ..config import Settings
-from ..descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
-from ..descriptors import FeatureLevel as Level
-from ..errors import DescriptorError
-from ..operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
-from ..dataplane import device_report, ready_device
-from ..worker import DeviceWorker, descriptor_key
+from ...config import Settings
+from ...descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
+from ...descriptors import FeatureLevel as Level
+from ...errors import DescriptorError
+from ...operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
+from ...dataplane import device_report, ready_device
+from ...worker import DeviceWorker, descriptor_key
 from .catalog import catalog
-from .v2_models import kernel_features
-from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
-from .header_cache import HeaderCache
-from .json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
-from .runtime import device_worker, runtime
+from ...dataplane.models import kernel_features
+from ..execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
+from ..header_cache import HeaderCache
+from ..json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
+from ..runtime import device_worker, runtime
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
