@@ -8,10 +8,12 @@ device, whatever wire it came on. It knows nothing of HTTP, gRPC or JSON.
 - metrics.py: every series and Triton's per-model statistics, counted once for all front-ends
 - readiness.py: whether the device can take inferences (one answer for every probe and route)
 - limits (service/limits.py): the fixed limits, in one place
-- the canonical key of a descriptor: service.worker.descriptor_key (service/descriptors/canonical.py)
+- descriptor_key: the canonical key of a descriptor (service/descriptors/canonical.py), which each front-end
+  computes once per request and its header cache keeps
 
 The front-ends (service/api/v1, v2, grpc) translate their wire formats to and from it.
 """
+from ..worker import descriptor_key
 from .readiness import NOT_READY, device_report, is_ready, ready_device
 
-__all__ = ["NOT_READY", "device_report", "is_ready", "ready_device"]
+__all__ = ["NOT_READY", "descriptor_key", "device_report", "is_ready", "ready_device"]

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ...dataplane import ready_device
+from ...dataplane import descriptor_key, ready_device
 from ...errors import InvalidRequest, PayloadTooLarge
 from ...operators import OperatorDesc
-from ...worker import descriptor_key
 from ...dataplane.execution import execute, record_success
 from .messages import pb
 from ..header_cache import HeaderCache

@@ -25,8 +25,8 @@ from ...descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
 from ...descriptors import FeatureLevel as Level
 from ...errors import DescriptorError
 from ...operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
-from ...dataplane import device_report, ready_device
-from ...worker import DeviceWorker, descriptor_key
+from ...dataplane import descriptor_key, device_report, ready_device
+from ...worker import DeviceWorker
 from .catalog import catalog
 from ...dataplane.models import kernel_features
 from ..execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget

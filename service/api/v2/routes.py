@@ -20,8 +20,7 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 from ...errors import InvalidRequest, UnknownOperator, VkactError
 from ...operators import OperatorDesc
 from ...shared_memory import Region, SharedMemoryRegistry
-from ...dataplane import NOT_READY, is_ready, ready_device
-from ...worker import descriptor_key
+from ...dataplane import NOT_READY, descriptor_key, is_ready, ready_device
 from ..execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
 from ..header_cache import HeaderCache
 from ...dataplane.metrics import MODEL_VERSION
