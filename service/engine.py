@@ -59,10 +59,8 @@ CPU_GROUPS_PER_CORE = 4
 # On a CPU, rows at least this long get a whole workgroup each when a subgroup per row would leave
 # cores idle (fewer workgroups than cores): one barrier per row is then cheap.
 CPU_WORKGROUP_ROW_LEN = 1 << 18
-# Keyed executions keep their plan and a recorded command buffer; this many, least recently used out.
-MAX_PLANS = 256
-# Graph programs keep their buffers, pipelines and command buffer (engine_graph.GraphRun); this many.
-MAX_GRAPH_RUNS = 16
+from .limits import MAX_PLANS
+from .limits import MAX_GRAPH_RUNS
 
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuffer reads
 

@@ -46,7 +46,7 @@ from .operators import OperatorDesc
 from .operators.reduction import ReductionDesc
 from .shaders import REDUCTION_UNROLLS
 
-MAX_PROGRAMS = 128   # compiled programs kept (least recently used out)
+from .limits import MAX_PROGRAMS
 
 #: A tensor of the graph: ("input", graph input index) or ("node", node index: its output).
 Value = tuple[str, int]

@@ -19,10 +19,7 @@ import threading
 from .errors import Busy, PayloadTooLarge
 
 SETTING = "VKACT_INFLIGHT_BYTES"
-#: A body or message that arrives whole and no larger is not charged: the lock's round trips cost ~2% of
-#: a small request in the HTTP process, and such bytes are bounded apart (a request at a time per HTTP
-#: connection, VKACT_MAX_CONNECTIONS gRPC calls: 2 x 512 x 64 KiB, 64 MiB at the default).
-UNCHARGED_BYTES = 1 << 16
+from .limits import UNCHARGED_BYTES
 
 
 class InflightBudget:

@@ -30,7 +30,7 @@ from .errors import InvalidRequest, VkactError
 
 SHM_DIR = "/dev/shm"
 RESERVED_PREFIX = "vkact-"  # the device worker's own slots: never a client's region
-MAX_NAME = 256  # characters of a region name: bounds the registry (every registration rewrites it whole)
+from .limits import SHM_MAX_NAME as MAX_NAME
 LARGE_IO = 1 << 20  # region reads and writes above this size run in a thread, keeping the event loop free
 
 

@@ -34,10 +34,10 @@ from .slots import SlotPool, align, Slot
 from .worker_process import worker_main
 
 log = logging.getLogger("vkact.worker")
-BATCH_BYTES = 1 << 20  # inputs up to this size may be batched (larger ones gain nothing from it)
+from .limits import BATCH_BYTES
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
-IN_FLIGHT = 2          # jobs handed to the worker at once: one running, one ready to start
-TEMPLATES = 256        # job templates (see _TemplateIds) each side keeps
+from .limits import IN_FLIGHT
+from .limits import TEMPLATES
 
 
 LARGE = 1 << 20  # copies above this size run in a thread (numpy releases the GIL) to keep the loop free
@@ -321,7 +321,7 @@ class DeviceWorker:
     ) -> Result:
         """Queue ``op`` on the device; raises Busy when the queue is full. An input is its bytes, or a
         Source that writes them into the job's slot (and may raise a request's error meanwhile). ``key`` is ``op`` pickled
-        (``pickled(op)``), for callers that keep it: the worker caches descriptors and their
+        (``descriptor_key(op)``), for callers that keep it: the worker caches descriptors and their
         recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
         and -1 when it leaves the queue (to the device, or dropped)."""
         sizes = [a.nbytes for a in inputs]
@@ -329,7 +329,7 @@ class DeviceWorker:
         out_bytes = op.output.total_bytes
         output = offsets[0] if in_place else (cursor, out_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
-        job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or pickled(op))
+        job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or descriptor_key(op))
         await self._fill(job, inputs)
         kernel_seconds, batch_size = await self._submit(job, sum(sizes), waiting)
         offset, n = job.output
@@ -550,8 +550,10 @@ def _lay_out(sizes: list[int], cursor: int) -> tuple[list[tuple[int, int]], int]
     return offsets, cursor
 
 
-def pickled(op: OperatorDesc) -> bytes:
-    """The bytes that name ``op`` to the worker (equal descriptors pickle equal within one process)."""
+def descriptor_key(op: OperatorDesc) -> bytes:
+    """The canonical key of ``op``: its pickled bytes, what names it to the worker, its plan caches and the
+    batcher. Equal descriptors give equal keys (see service.descriptors.canonical); callers compute it once
+    per request and the header caches keep it."""
     return pickle.dumps(op, framing.PROTOCOL)
 
 

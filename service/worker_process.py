@@ -28,8 +28,8 @@ from .slots import Mapping
 from .vulkan_probe import choose, physical_devices
 
 log = logging.getLogger("vkact.worker_process")
-OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes
-GRAPHS_CACHED = 64     # graph plans the worker keeps unpickled, by their bytes
+from .limits import OPS_CACHED
+from .limits import GRAPHS_CACHED
 
 
 class _Engines:

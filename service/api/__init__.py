@@ -14,10 +14,16 @@ from ..shared_memory import SharedMemoryRegistry
 from ..slots import SHM_DIR, owner_tag
 from ..supervisor import registry_owner
 from ..worker import DeviceWorker
-from . import errors, grpc_descriptors, health, openapi, statistics, v1, v2, v2_settings, v2_shm
+from . import errors, health, openapi
+from .grpc import descriptors as grpc_descriptors
+from .v2 import statistics
+from .v1 import routes as v1
+from .v2 import routes as v2
+from .v2 import settings as v2_settings
+from .v2 import shm as v2_shm
 from .header_cache import HeaderCache
 from .hot_routes import VkactApp
-from .metrics import Metrics
+from ..dataplane.metrics import Metrics
 from .runtime import Runtime
 
 log = logging.getLogger("vkact.api")
@@ -33,7 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         worker.start()  # readiness follows when the worker reports its device and shaders
         grpc_server = None
         if settings.grpc_port:
-            from .grpc_server import GrpcServer  # compiles the protocol's .proto files: only when served
+            from .grpc.server import GrpcServer  # compiles the protocol's .proto files: only when served
 
             grpc_server = GrpcServer(runtime, app.version)
             try:

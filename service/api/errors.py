@@ -25,9 +25,9 @@ from client.codec import CodecError
 from ..errors import VkactError
 from ..operators import OPERATORS, descriptor_error
 from .execution import OPERATOR_KEY
-from .metrics import Metrics
+from ..dataplane.metrics import Metrics
 from .runtime import runtime
-from .v2_models import oip_names
+from ..dataplane.models import oip_names
 
 log = logging.getLogger("vkact.api")
 

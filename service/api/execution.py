@@ -1,10 +1,9 @@
-"""The execution path that /v1 and /v2 share: the request body, the device call with its timeout and
-disconnect handling, and the metrics of one execution (vkact's own and Triton's per-model names)."""
+"""What /v1 and /v2 share over HTTP around the data plane's execution (service/dataplane/execution.py):
+the request body within the budget of bytes in flight, the client's departure, binary frames, and the
+recording of an answer once it has been sent."""
 from __future__ import annotations
 
-import asyncio
 import functools
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -15,18 +14,19 @@ from starlette.responses import Response
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
-from ..errors import InvalidRequest, PayloadTooLarge, Timeout
+from ..errors import InvalidRequest, PayloadTooLarge
 from ..inflight import UNCHARGED_BYTES, Claim
 from ..operators import OperatorDesc
 from ..worker import LARGE, Result, Source, copy_into
-from .runtime import Runtime, runtime
-from .v2_encoding import decode_body
+from ..dataplane.execution import execute, record_success
+from .runtime import runtime
+from .v2.encoding import decode_body
 
 Handler = Callable[..., Awaitable[Response]]
 
 
 CLAIM_KEY = "vkact.claim"  # scope key: the request's claim on the budget of bytes in flight (within_budget)
-CONTROL_BODY_BYTES = 1 << 16  # the bodies of control requests (repository, shared memory) are a few bytes
+from ..limits import CONTROL_BODY_BYTES
 OPERATOR_KEY = "vkact.operator"  # scope key: the operator (model) a failure from then on counts against
 
 
@@ -116,53 +116,6 @@ async def run_on_device(
     return await execute(runtime(request), op, buffers, in_place, key, lambda: _until_disconnected(request))
 
 
-async def execute(
-    state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray | Source], in_place: bool = False, key: bytes | None = None,
-    departure: Callable[[], Awaitable[object]] | None = None,
-) -> Result | None:
-    """Run ``op`` on the device worker, whichever protocol asked. None means the client left while the
-    job was queued (the caller answers 499): the job is dropped before it reaches the device. Busy
-    (queue full) propagates; no answer within the request timeout is a Timeout (504).
-
-    The caller's task awaits the worker; the timeout and the client's departure cancel it.
-    ``departure()`` returns when the client has gone (HTTP: the disconnect message; gRPC needs none,
-    grpcio cancels the handler's task itself). A job that goes straight to an idle device is not
-    watched for departure (that needs a task of its own, a large share of a small request's cost):
-    once on the device it runs to the end either way."""
-    worker = state.worker
-    assert worker is not None
-    timeout = state.settings.request_timeout_s
-    task = asyncio.current_task()
-    assert task is not None
-    stopped: list[str] = []   # why this request's task was cancelled, by us
-    finished = False
-
-    def stop(reason: str) -> None:
-        if not finished and not stopped:
-            stopped.append(reason)
-            task.cancel()
-
-    timer = asyncio.get_running_loop().call_later(timeout, stop, "timeout")
-    watcher = None
-    if departure is not None and (not worker.idle or sum(b.nbytes for b in buffers) > LARGE):
-        watcher = asyncio.ensure_future(departure())
-        watcher.add_done_callback(lambda w: w.cancelled() or w.exception() is not None or stop("gone"))
-    try:
-        return await worker.run(op, buffers, in_place, key, state.metrics.triton.pending(op).add)
-    except asyncio.CancelledError:
-        if not stopped or task.uncancel() > 0:  # not ours, or cancelled for another reason too
-            raise
-        if stopped[0] == "gone":
-            state.metrics.triton.failure(op)
-            return None
-        raise Timeout(f"no answer from the device within {timeout} s") from None
-    finally:
-        finished = True
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
-
-
 async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> bytes | memoryview:
     """A JSON header followed by tensor bytes (Triton's binary frame), built in one allocation; large
     copies run in a thread, so the event loop stays free."""
@@ -212,11 +165,3 @@ class _Record:
     async def __call__(self) -> None:
         request, *rest = self.args
         record_success(runtime(request), *rest)  # type: ignore[arg-type]
-
-
-def record_success(state: Runtime, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:
-    """The bookkeeping of one answered execution, whichever protocol carried it."""
-    metrics = state.metrics
-    elapsed = time.perf_counter() - started
-    metrics.operator(op.type_name()).record(elapsed, result.queue_seconds, result.kernel_seconds, bytes_in, bytes_out)
-    metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds)

@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-ENTRIES = 512            # distinct headers kept, least recently used out
-MAX_HEADER_BYTES = 8192  # longer headers are parsed every time
+from ..limits import HEADER_CACHE_ENTRIES as ENTRIES
+from ..limits import MAX_HEADER_BYTES
 
 
 class HeaderCache(Generic[T]):

@@ -5,6 +5,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ..dataplane import is_ready
 from .runtime import device_worker, runtime
 
 router = APIRouter(tags=["health"])
@@ -17,7 +18,7 @@ async def live() -> dict:
 
 @router.get("/health/ready")
 async def ready(request: Request) -> JSONResponse:
-    ok = device_worker(request).ready
+    ok = is_ready(device_worker(request))
     return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
 

@@ -15,7 +15,9 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from . import errors, v1, v2
+from . import errors
+from .v1 import routes as v1
+from .v2 import routes as v2
 from .runtime import Runtime
 
 Handler = Callable[..., Awaitable[Response]]

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, short_name
 from .runtime import Runtime
-from .v2_models import config, kernel_features, metadata
+from ..dataplane.models import config, kernel_features, metadata
 
 HONOURED = ("max_batch_size", "dynamic_batching")
 
@@ -115,7 +115,7 @@ def _normal(config: dict[str, Any]) -> dict[str, Any]:
     text), so a config read over gRPC or HTTP compares equal to the served one."""
     from google.protobuf import json_format
 
-    from .grpc_messages import config_pb  # compiles the .proto files: only when a config is loaded
+    from .grpc.messages import config_pb  # compiles the .proto files: only when a config is loaded
 
     try:
         message = json_format.ParseDict(config, config_pb.ModelConfig())

@@ -31,9 +31,9 @@ from ..descriptors.tensor import TensorDesc
 from ..operators import OperatorDescriptor
 from .openapi_examples import PATH_PARAMETERS
 from .openapi_examples import bodies as example_bodies
-from .v1 import ExecuteRequest
-from .v2_codec import InferenceRequest
-from .v2_shm import RegisterRequest
+from .v1.routes import ExecuteRequest
+from .v2.codec import InferenceRequest
+from .v2.shm import RegisterRequest
 
 ASSETS = "/docs-assets"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..descriptors import DataType
 from ..operators import OPERATORS, OperatorDesc
-from .v2_models import param_fields
+from ..dataplane.models import param_fields
 
 MODEL = "celu"  # elementwise with a parameter: it shows parameters and takes a batching config
 REGION = "example"

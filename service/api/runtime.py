@@ -15,7 +15,7 @@ from ..config import Settings
 from ..inflight import InflightBudget
 from ..shared_memory import SharedMemoryRegistry
 from .header_cache import HeaderCache
-from .metrics import Metrics
+from ..dataplane.metrics import Metrics
 
 if TYPE_CHECKING:
     from ..operators import OperatorDesc

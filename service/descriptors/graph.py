@@ -26,16 +26,17 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import DescriptorError
 from ..operators import OperatorDesc, OperatorDescriptor, descriptor_error
+from .canonical import CanonicalModel
 from .tensor import UINT32, TensorDesc
 
 NodeInput = tuple[int, int]        # (node index, the node's input index)
 
 
-class _Frozen(BaseModel):
+class _Frozen(CanonicalModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

@@ -5,11 +5,12 @@ from enum import IntFlag
 from math import prod
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from client.buffers import min_buffer_bytes, packed_strides
 
 from ..errors import DescriptorError
+from .canonical import CanonicalModel
 from .datatypes import DataType as DType
 
 MAX_DIMS = 8                     # DML_TENSOR_DIMENSION_COUNT_MAX1
@@ -33,7 +34,7 @@ def calc_buffer_tensor_size(data_type: DType, sizes: tuple[int, ...], strides: t
     return min_buffer_bytes(data_type.info.size, sizes, strides)
 
 
-class TensorDesc(BaseModel):
+class TensorDesc(CanonicalModel):
     """DML_BUFFER_TENSOR_DESC (with DML_TENSOR_DESC's Type folded in: buffers are the only kind).
 
     DimensionCount and TotalTensorSizeInBytes may be omitted; they then take the values DirectML would

@@ -11,9 +11,10 @@ from enum import Enum
 from typing import Annotated, ClassVar, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport, packed_strides
+from ..descriptors.canonical import CanonicalModel
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
 from client.json_values import BFLOAT16, float64_to_bfloat16
 
@@ -27,7 +28,7 @@ FLOAT64_ONLY = frozenset({DataType.FLOAT64})
 Scalar = Annotated[float, Field(allow_inf_nan=False)]
 
 
-class OperatorDesc(BaseModel):
+class OperatorDesc(CanonicalModel):
     """Base of every DML_*_OPERATOR_DESC model. Subclasses add ``Type`` and their fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

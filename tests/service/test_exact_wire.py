@@ -108,8 +108,8 @@ def test_booleans_and_out_of_float64_numbers_are_400s(http):
 def test_grpc_64_bit_typed_contents_decode_exactly(datatype, field, dtype, values):
     """The decoding step alone: gRPC's 64-bit typed contents become /v2's data and then the exact
     elements, through the same decoder (test_exact_wire_64bit.py takes them through the kernels)."""
-    from service.api.grpc_infer import inference_request
-    from service.api.v2_codec import json_tensor
+    from service.api.grpc.infer import inference_request
+    from service.api.v2.codec import json_tensor
 
     request = service_pb2.ModelInferRequest(model_name="shrink")
     getattr(request.inputs.add(name="InputTensor", datatype=datatype, shape=[3]).contents, field).extend(values)

@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from service.api.v2_models import MODELS
+from service.dataplane.models import MODELS
 from tests.engine.test_operators import F32_ULP
 from tests.helpers import assert_matches
 from tests.service.test_v2 import inputs_for, output_of, reference, triton_dtype
@@ -371,7 +371,7 @@ def test_grpc_needs_a_port_of_its_own():
 def test_the_hand_serialized_response_is_what_protobuf_reads(n):
     """ModelInfer's answer is serialized by vkact (one copy of the output); protobuf's own parser is
     the oracle, at every varint length boundary of the raw entry."""
-    from service.api.grpc_infer import serialized
+    from service.api.grpc.infer import serialized
 
     head = service_pb2.ModelInferResponse(model_name="relu", model_version="1", id="x")
     head.outputs.add(name="OutputTensor", datatype="UINT8", shape=[n])

@@ -190,7 +190,7 @@ def test_a_long_stream_gives_each_message_back_to_the_budget():
 def held_servicer():
     """InferenceServicer whose ModelInfer answers a request once its id is released: what the stream
     does around the execution path, in-process, with the timing in the test's hands."""
-    from service.api.grpc_server import InferenceServicer
+    from service.api.grpc.server import InferenceServicer
 
     class Held(InferenceServicer):
         def __init__(self) -> None:
@@ -204,7 +204,7 @@ def held_servicer():
 
 
 def _stream_run(ids: list[str], release_order: list[str]) -> list:
-    from service.api.grpc_messages import pb
+    from service.api.grpc.messages import pb
 
     servicer = held_servicer()
     sent: list = []
@@ -233,7 +233,7 @@ def test_answers_come_in_order_of_completion():
 
 
 def test_requests_beyond_the_streams_bound_are_answered_with_an_error():
-    from service.api.grpc_server import STREAM_IN_FLIGHT
+    from service.api.grpc.server import STREAM_IN_FLIGHT
 
     ids = [str(k) for k in range(STREAM_IN_FLIGHT + 2)]
     sent = _stream_run(ids, ids)

@@ -1,4 +1,4 @@
-"""gRPC's transport (service/api/grpc_transport.py over service/native/h2grpc.c, libnghttp2) as the wire
+"""gRPC's transport (service/api/grpc/transport.py over service/native/h2grpc.c, libnghttp2) as the wire
 sees it: what tritonclient never sends (unknown and streaming methods, compression, deadlines, resets,
 non-gRPC requests, garbage) answered as gRPC says, and the server serving on after each. The RPCs
 themselves are test_grpc.py's."""
@@ -21,7 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from service.api.grpc_transport import deadline_seconds, percent_encoded
+from service.api.grpc.transport import deadline_seconds, percent_encoded
 from tests.service.conftest import start_server, stop_server
 from tests.service.h2_client import PREFACE, framed, frame as _frame, literal_headers as _literal_headers
 from tests.service.test_load import worker_pid

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
-from service.api.v2_encoding import decode_body
+from service.api.v2.encoding import decode_body
 from service.inflight import Claim, InflightBudget
 from service.errors import Busy, PayloadTooLarge
 from tests.service.conftest import Server, start_server, stop_server

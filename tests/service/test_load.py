@@ -253,22 +253,17 @@ def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_r
         stop_server(server)
 
 
-@pytest.mark.timeout(60)
-def test_queued_requests_of_one_descriptor_run_as_one_batch_and_each_gets_its_answer():
+def _run_queued_behind_slow_jobs(queued: list) -> tuple[list[np.ndarray], list[int], int, int]:
+    """Run ``queued`` (descriptor, input) jobs while two slow ones fill the device window, so they queue
+    and may batch; their outputs, batch sizes, and the worker's dispatched jobs and batches."""
     import asyncio
 
     from service.config import Settings
     from service.worker import DeviceWorker
 
-    rng = np.random.default_rng(11)
-    shrink = parse_operator(request_body("SHRINK", np.zeros(300, np.float32), Bias=0.25))
-    celu = parse_operator(request_body("CELU", np.zeros(300, np.float32)))
     # Long on the device, quick to hand over: one row broadcast (zero stride) to 4,096 x 4,096 elements.
     slow = parse_operator({"Type": "DML_OPERATOR_ACTIVATION_GELU", "InputTensor": tensor(np.float32, (4096, 4096), (0, 1)),
                            "OutputTensor": tensor(np.float32, (4096, 4096))})
-    queued = [(shrink, rng.standard_normal(300).astype(np.float32)) for _ in range(5)]
-    queued += [(celu, rng.standard_normal(300).astype(np.float32))]
-    queued += [(shrink, rng.standard_normal(300).astype(np.float32)) for _ in range(3)]
 
     async def scenario() -> tuple[list[np.ndarray], list[int], int, int]:
         worker = DeviceWorker(Settings(pin_cpu="off"))  # in-process: never pin the test runner's thread
@@ -289,12 +284,44 @@ def test_queued_requests_of_one_descriptor_run_as_one_batch_and_each_gets_its_an
         await worker.close()
         return outputs, sizes, worker.dispatched, worker.batches
 
-    outputs, sizes, dispatched, batches = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+@pytest.mark.timeout(60)
+def test_queued_requests_of_one_descriptor_run_as_one_batch_and_each_gets_its_answer():
+    rng = np.random.default_rng(11)
+    shrink = parse_operator(request_body("SHRINK", np.zeros(300, np.float32), Bias=0.25))
+    celu = parse_operator(request_body("CELU", np.zeros(300, np.float32)))
+    queued = [(shrink, rng.standard_normal(300).astype(np.float32)) for _ in range(5)]
+    queued += [(celu, rng.standard_normal(300).astype(np.float32))]
+    queued += [(shrink, rng.standard_normal(300).astype(np.float32)) for _ in range(3)]
+
+    outputs, sizes, dispatched, batches = _run_queued_behind_slow_jobs(queued)
     for (op, x), y in zip(queued, outputs):
         assert_matches(y, op.reference(x), 4)
     # 2 slow ones alone, then at most three messages for the 9 queued: SHRINK x5, CELU, SHRINK x3
     assert dispatched == 2 + len(queued) and batches <= 2 + 3
     assert sizes[5] == 1 and round(sum(1 / n for n in sizes)) == batches - 2  # each job knows its batch's size
+
+
+@pytest.mark.timeout(60)
+def test_equal_descriptors_spelled_differently_share_one_key_and_batch_together():
+    """RELU with and without DimensionCount (and TotalTensorSizeInBytes) are the same descriptor once
+    validated: one canonical key, and queued side by side they run in one dispatch."""
+    from service.worker import descriptor_key
+
+    rng = np.random.default_rng(12)
+    plain = request_body("RELU", np.zeros(300, np.float32))
+    spelled = {**plain, **{name: {**plain[name], "DimensionCount": 1, "TotalTensorSizeInBytes": 1200}
+                           for name in ("InputTensor",)}}
+    twins = parse_operator(plain), parse_operator(spelled)
+    assert twins[0] == twins[1] and descriptor_key(twins[0]) == descriptor_key(twins[1])
+    queued = [(twins[i % 2], rng.standard_normal(300).astype(np.float32)) for i in range(6)]
+
+    outputs, sizes, dispatched, batches = _run_queued_behind_slow_jobs(queued)
+    for (op, x), y in zip(queued, outputs):
+        assert_matches(y, op.reference(x), 0)
+    assert dispatched == 2 + len(queued) and batches == 2 + 1 and sizes == [len(queued)] * len(queued)
 
 
 @pytest.mark.timeout(120)

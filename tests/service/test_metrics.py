@@ -1,4 +1,4 @@
-"""vkact's per-operator metrics (service/api/metrics.py): kept as plain numbers, exposed as Prometheus
+"""vkact's per-operator metrics (service/dataplane/metrics.py): kept as plain numbers, exposed as Prometheus
 families; read back with prometheus_client's own text parser."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.api.metrics import LATENCY_BUCKETS, Histogram, Metrics
+from service.dataplane.metrics import LATENCY_BUCKETS, Histogram, Metrics
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -12,7 +12,7 @@ import tritonclient.grpc as tg
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from service.api.v2_models import MODELS
+from service.dataplane.models import MODELS
 from tests.service.test_v2 import address
 
 MODEL = "softsign"  # no other test of this module's server infers it between two snapshots

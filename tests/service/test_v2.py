@@ -16,7 +16,7 @@ import tritonclient.http.aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
 from client.codec import HEADER_LENGTH
-from service.api.v2_models import MODELS, datatypes, param_fields
+from service.dataplane.models import MODELS, datatypes, param_fields
 from service.operators import parse_operator
 from tests.engine.test_operators import F32_ULP
 from tests.helpers import assert_matches, tensor

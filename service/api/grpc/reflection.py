@@ -10,8 +10,8 @@ from google.protobuf.message import DecodeError
 from grpc_reflection.v1alpha import reflection_pb2
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
-from ..errors import InvalidRequest
-from .grpc_transport import Route, Send
+from ...errors import InvalidRequest
+from .transport import Route, Send
 
 PATHS = ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo")
 SERVICE_NAMES = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
@@ -19,7 +19,7 @@ SERVICE_NAMES = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1
 
 def reflection_routes(service_names: tuple[str, ...]) -> dict[str, Route]:
     """The reflection routes, listing ``service_names`` and reflection itself (the descriptors of the
-    services' files must be in protobuf's default pool: grpc_messages compiles them there)."""
+    services' files must be in protobuf's default pool: grpc.messages compiles them there)."""
     servicer = ReflectionServicer((*service_names, *SERVICE_NAMES))
 
     async def info(messages: AsyncIterator[bytes], send: Send) -> None:

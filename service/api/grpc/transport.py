@@ -30,10 +30,10 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from ..errors import InvalidRequest, PayloadTooLarge
-from ..inflight import Claim, InflightBudget
-from ..native import h2grpc
-from .v2_encoding import Inflater, inflated
+from ...errors import InvalidRequest, PayloadTooLarge
+from ...inflight import Claim, InflightBudget
+from ...native import h2grpc
+from ..v2.encoding import Inflater, inflated
 
 log = logging.getLogger("vkact.grpc")
 
@@ -60,10 +60,7 @@ _PROBLEMS = {  # h2grpc's reason for a body that is not one whole message
     "incomplete": (INTERNAL, "the request stream ended inside its message"),
     "over-budget": (RESOURCE_EXHAUSTED, "the server holds as many partially received request bytes as it may; retry later"),
 }
-#: grpc-message's length before percent-encoding: an error that echoes the client's input (a 70,000-byte
-#: service name) is elided to this, so its trailer fits grpc-core's 8-16 KiB metadata limit (h2grpc
-#: cuts any grpc-message at 4,096 bytes besides).
-MAX_STATUS_MESSAGE = 1024
+from ...limits import GRPC_MAX_STREAMS, MAX_STATUS_MESSAGE
 _TIMEOUT = re.compile(rb"(\d{1,8})([HMSmun])")
 _UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
@@ -89,7 +86,7 @@ def status_text(message: str) -> str:
 
 class GrpcTransport:
     def __init__(self, routes: dict[str, Route], error_status: ErrorStatus, *, max_message: int, max_calls: int,
-                 max_connections: int, budget: InflightBudget, max_streams: int = 128, window: int = 4 << 20) -> None:
+                 max_connections: int, budget: InflightBudget, max_streams: int = GRPC_MAX_STREAMS, window: int = 4 << 20) -> None:
         self.routes = {path.encode(): route for path, route in routes.items()}
         self.budget = budget  # request bytes in flight, shared with the HTTP side (service/inflight.py)
         self.error_status = error_status
@@ -351,7 +348,7 @@ class RpcError(Exception):
 async def _inflated(message: bytes, encoding: bytes, limit: int, claim: Claim) -> memoryview:
     """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
     ``limit`` bytes within ``claim``: a small bomb grows past neither the message bound nor the budget
-    of bytes in flight (v2_encoding.Inflater)."""
+    of bytes in flight (v2.encoding.Inflater)."""
     if encoding == b"":
         raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
     if encoding not in (b"gzip", b"deflate"):

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import grpc
 
-PROTO_DIR = Path(__file__).resolve().parent.parent / "grpc_proto"
+PROTO_DIR = Path(__file__).resolve().parents[2] / "grpc_proto"
 
 
 def _compile() -> tuple[ModuleType, ModuleType]:

@@ -20,7 +20,7 @@ PROTOSET_TYPE = "application/octet-stream"
 def protoset() -> bytes:
     from grpc_health.v1 import health_pb2
 
-    from .grpc_messages import config_pb, pb  # compiles the .proto files: on first use only
+    from .messages import config_pb, pb  # compiles the .proto files: on first use only
 
     files: list[FileDescriptor] = []
 

@@ -1,8 +1,8 @@
 """The /v2 inference request: its frame (JSON, JSON + binary tensors, or the raw bytes of a single input),
 its envelope, the DirectML descriptor it names and its input tensors' bytes (Content-Encoding is undone
-before, in v2_encoding).
+before, in v2.encoding).
 
-Every 4xx of an inference is decided here (or in v2_outputs), before any device work.
+Every 4xx of an inference is decided here (or in v2.outputs), before any device work.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from client.codec import HEADER_LENGTH, CodecError, frame_parts
 from client.json_values import decode_values
 
-from ..errors import InvalidRequest
-from ..operators import OperatorDesc, descriptor_error, parse_operator, short_name
-from ..shared_memory import Region, RegionInput
-from .json_text import load_header
-from .v2_models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
+from ...errors import InvalidRequest
+from ...operators import OperatorDesc, descriptor_error, parse_operator, short_name
+from ...shared_memory import Region, RegionInput
+from ..json_text import load_header
+from ...dataplane.models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
 
 RESERVED = {"sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
 

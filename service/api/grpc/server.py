@@ -1,10 +1,10 @@
 """The Open Inference Protocol over gRPC (Triton's GRPCInferenceService, so tritonclient.grpc, KServe's
 and MLServer's clients work) and grpc.health.v1, served on the event loop of each HTTP process, beside
-uvicorn, on VKACT_GRPC_PORT (0: none). The transport is grpc_transport (HTTP/2 in C, libnghttp2); the
-messages are protobuf's, compiled from Triton's .proto files (grpc_messages).
+uvicorn, on VKACT_GRPC_PORT (0: none). The transport is grpc.transport (HTTP/2 in C, libnghttp2); the
+messages are protobuf's, compiled from Triton's .proto files (grpc.messages).
 
-Every RPC answers from the same functions as its /v2 route (v2_models, statistics, the shared memory
-registry, grpc_infer for ModelInfer); errors carry /v2's messages with Triton's status codes.
+Every RPC answers from the same functions as its /v2 route (dataplane.models, statistics, the shared memory
+registry, grpc.infer for ModelInfer); errors carry /v2's messages with Triton's status codes.
 
 With VKACT_WORKERS > 1 every HTTP process serves gRPC on the same port (SO_REUSEPORT): each process has
 its own device worker, so the kernel spreads gRPC connections over them as it spreads HTTP ones. With
@@ -22,20 +22,21 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
-from ..errors import InvalidRequest, UnknownOperator
-from . import grpc_transport as status_codes
-from .errors import count_error, protocol_error
-from .grpc_infer import model_infer
-from .grpc_messages import config_pb, pb
-from .grpc_reflection import reflection_routes
-from .grpc_transport import GrpcTransport, Route, RpcError, Send, status_text
-from .metrics import MODEL_VERSION
-from .runtime import Runtime
-from .statistics import model_stats
-from .v2 import EXTENSIONS
-from .v2_settings import NO_LOGGING, NO_TRACE_GRPC
-from .model_config import load, model_config, model_metadata, refuse_load_parameters
-from .v2_models import MODELS, find_model
+from ...dataplane import NOT_READY, is_ready
+from ...errors import InvalidRequest, UnknownOperator
+from . import transport as status_codes
+from ..errors import count_error, protocol_error
+from .infer import model_infer
+from .messages import config_pb, pb
+from .reflection import reflection_routes
+from .transport import GrpcTransport, Route, RpcError, Send, status_text
+from ...dataplane.metrics import MODEL_VERSION
+from ..runtime import Runtime
+from ..v2.statistics import model_stats
+from ..v2.routes import EXTENSIONS
+from ..v2.settings import NO_LOGGING, NO_TRACE_GRPC
+from ..model_config import load, model_config, model_metadata, refuse_load_parameters
+from ...dataplane.models import MODELS, find_model
 
 log = logging.getLogger("vkact.grpc")
 
@@ -53,7 +54,7 @@ CODES = {
 SERVICE_NAME = "inference.GRPCInferenceService"
 HEALTH_SERVICE_NAME = "grpc.health.v1.Health"
 HEALTH_POLL_S = 1.0  # how soon health Watch streams see readiness change (Check is always current)
-STREAM_IN_FLIGHT = 128  # requests of one ModelStreamInfer running at once; beyond, each is answered with an error
+from ...limits import STREAM_IN_FLIGHT
 
 
 class InferenceServicer:
@@ -62,7 +63,7 @@ class InferenceServicer:
         self.version = version
 
     def _ready(self) -> bool:
-        return self.state.worker is not None and self.state.worker.ready
+        return is_ready(self.state.worker)
 
     # -- health and metadata ---------------------------------------------------------------------
 
@@ -103,7 +104,7 @@ class InferenceServicer:
         ready = self._ready()
         if request.ready and not ready:
             return pb.RepositoryIndexResponse()
-        state, reason = ("READY", "") if ready else ("UNAVAILABLE", "the device is not ready yet")
+        state, reason = ("READY", "") if ready else ("UNAVAILABLE", NOT_READY)
         entries = [pb.RepositoryIndexResponse.ModelIndex(name=name, version=MODEL_VERSION, state=state, reason=reason) for name in MODELS]
         return pb.RepositoryIndexResponse(models=entries)
 
@@ -218,7 +219,7 @@ class HealthServicer:
     def status(self, service: str) -> Any:
         if service not in ("", SERVICE_NAME):
             raise RpcError(status_codes.NOT_FOUND, f"unknown service {service!r}")
-        serving = self.state.worker is not None and self.state.worker.ready
+        serving = is_ready(self.state.worker)
         return health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
 
     async def Check(self, request: Any) -> Any:

@@ -11,15 +11,15 @@ import numpy as np
 
 from client.codec import Encoding, encode_data
 
-from ..errors import InvalidRequest
-from ..operators import OperatorDesc
-from ..shared_memory import Region
-from ..worker import Result
-from .execution import binary_frame
-from .json_text import INLINE_BYTES, in_json_thread, dumps
-from .metrics import MODEL_VERSION
-from .v2_codec import InferenceRequest
-from .v2_models import DML_TO_V2
+from ...errors import InvalidRequest
+from ...operators import OperatorDesc
+from ...shared_memory import Region
+from ...worker import Result
+from ..execution import binary_frame
+from ..json_text import INLINE_BYTES, in_json_thread, dumps
+from ...dataplane.metrics import MODEL_VERSION
+from .codec import InferenceRequest
+from ...dataplane.models import DML_TO_V2
 
 
 

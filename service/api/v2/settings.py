@@ -1,6 +1,6 @@
 """Triton's trace and logging extensions, answered as a Triton server built without them answers
 (since 2.42): 503 with {"error": "the server does not support tracing"} (or "dynamic logging") over
-HTTP, UNAVAILABLE over gRPC (grpc_server). GET /v2 does not list "trace" or "logging". No Retry-After:
+HTTP, UNAVAILABLE over gRPC (grpc.server). GET /v2 does not list "trace" or "logging". No Retry-After:
 unlike vkact's other 503s, asking again will not help."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 response_compression_algorithm use it: gzip, or deflate (a zlib stream), chosen by Accept-Encoding.
 Large bodies are (de)compressed in threads (zlib releases the GIL), so the event loop stays free, and
 inflated within the process's budget of request bytes in flight (service/inflight.py); gRPC's
-compressed messages are inflated here too (grpc_transport)."""
+compressed messages are inflated here too (grpc.transport)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import InvalidRequest, PayloadTooLarge
-from ..inflight import Claim
+from ...errors import InvalidRequest, PayloadTooLarge
+from ...inflight import Claim
 
 LARGE = 1 << 20
 MAPPED = 1 << 20

@@ -1,6 +1,6 @@
 """Triton's statistics extension over HTTP: GET /v2/models/stats, /v2/models/{model}/stats and
 /v2/models/{model}/versions/{version}/stats answer ``{"model_stats": [...]}`` (gRPC's ModelStatistics
-answers the same, see grpc_server). The numbers are the per-model series of metrics.TritonMetrics, kept
+answers the same, see grpc.server). The numbers are the per-model series of metrics.TritonMetrics, kept
 by every /v1, /v2 and gRPC execution of the HTTP process that answers (one per VKACT_WORKERS process)."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ..operators import short_name
-from .metrics import Metrics
-from .runtime import runtime
-from .v2_models import find_model
+from ...operators import short_name
+from ...dataplane.metrics import Metrics
+from ..runtime import runtime
+from ...dataplane.models import find_model
 
 # Included before /v2's router: its GET /v2/models/{model} would take "stats" for a model name.
 router = APIRouter(prefix="/v2/models", tags=["v2"])

@@ -20,18 +20,19 @@ from client.codec import (
     frame_parts,
 )
 
-from ..config import Settings
-from ..descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
-from ..descriptors import FeatureLevel as Level
-from ..errors import DescriptorError, NotReady
-from ..operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
-from ..worker import DeviceWorker, pickled
+from ...config import Settings
+from ...descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
+from ...descriptors import FeatureLevel as Level
+from ...errors import DescriptorError
+from ...operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
+from ...dataplane import descriptor_key, device_report, ready_device
+from ...worker import DeviceWorker
 from .catalog import catalog
-from .v2_models import kernel_features
-from .execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
-from .header_cache import HeaderCache
-from .json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
-from .runtime import device_worker, runtime
+from ...dataplane.models import kernel_features
+from ..execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
+from ..header_cache import HeaderCache
+from ..json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
+from ..runtime import device_worker, runtime
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -112,7 +113,7 @@ def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tupl
             where[field] = (offset, len(slices[field]))
             offset += len(slices[field])
         binary = [where[f"Inputs.{name}"] for name in op.input_fields]
-    return Parsed(req, op, pickled(op), encoding, binary), buffers
+    return Parsed(req, op, descriptor_key(op), encoding, binary), buffers
 
 
 def _check_covered(data: Any, desc: TensorDesc, name: str) -> None:
@@ -163,9 +164,7 @@ async def execute(request: Request) -> Response:
     body = await request_body(request, limit)
     header_length = request.headers.get(HEADER_LENGTH)
     raw, tail = frame_parts(body, header_length)
-    if not worker.ready or worker.info is None:
-        raise NotReady("the device is not ready yet")
-    max_tensor_bytes = worker.info["max_tensor_bytes"]
+    max_tensor_bytes = ready_device(worker)["max_tensor_bytes"]
     cache: HeaderCache[Parsed] = state.v1_headers
     key = cache.key(raw, len(tail), max_tensor_bytes) if len(tail) else None
     parsed = cache.get(key)
@@ -218,9 +217,7 @@ async def operators(worker: WorkerDep) -> dict[str, Any]:
 
 @router.get("/device", summary="The Vulkan device in use and its limits")
 async def device(worker: WorkerDep, settings: SettingsDep) -> dict[str, Any]:
-    if worker.info is None:
-        raise NotReady("the device is not ready yet")
-    info = worker.info
+    info = device_report(worker)
     dev = info["device"]
     return {
         "name": dev["name"],

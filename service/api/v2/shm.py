@@ -1,5 +1,5 @@
 """/v2/systemsharedmemory: Triton's system shared memory extension (register, unregister, status).
-The registry itself is service/shared_memory.py; inferences use it through v2_codec and v2_outputs."""
+The registry itself is service/shared_memory.py; inferences use it through v2.codec and v2.outputs."""
 from __future__ import annotations
 
 from typing import Annotated
@@ -8,10 +8,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import InvalidRequest
-from ..shared_memory import SharedMemoryRegistry, UnknownRegion
-from .execution import CONTROL_BODY_BYTES, read_body
-from .runtime import runtime
+from ...errors import InvalidRequest
+from ...shared_memory import SharedMemoryRegistry, UnknownRegion
+from ..execution import CONTROL_BODY_BYTES, read_body
+from ..runtime import runtime
 
 router = APIRouter(prefix="/v2/systemsharedmemory", tags=["v2"])
 

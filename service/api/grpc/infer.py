@@ -1,6 +1,6 @@
 """gRPC's ModelInfer on /v2's path: the protobuf request becomes /v2's InferenceRequest (raw inputs as
 binary tensors after it, typed contents as JSON data), then the same functions decide everything
-(v2_codec.build_operator and decode_inputs, v2_outputs.plan_outputs, execution.execute) and the
+(v2.codec.build_operator and decode_inputs, v2.outputs.plan_outputs, execution.execute) and the
 answer carries one raw_output_contents entry per output, as Triton answers (empty for an output
 written to shared memory).
 
@@ -16,18 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidRequest, NotReady, PayloadTooLarge
-from ..operators import OperatorDesc
-from ..worker import pickled
-from .execution import execute, record_success
-from .grpc_messages import pb
-from .header_cache import HeaderCache
-from .metrics import MODEL_VERSION
-from .runtime import Runtime
-from .v2 import Regions
-from .v2_codec import InferenceRequest, build_operator, decode_inputs, envelope, padded
-from .v2_models import DML_TO_V2
-from .v2_outputs import OutputPlan, output_bytes, plan_outputs
+from ...dataplane import descriptor_key, ready_device
+from ...errors import InvalidRequest, PayloadTooLarge
+from ...operators import OperatorDesc
+from ...dataplane.execution import execute, record_success
+from .messages import pb
+from ..header_cache import HeaderCache
+from ...dataplane.metrics import MODEL_VERSION
+from ..runtime import Runtime
+from ..v2.routes import Regions
+from ..v2.codec import InferenceRequest, build_operator, decode_inputs, envelope, padded
+from ...dataplane.models import DML_TO_V2
+from ..v2.outputs import OutputPlan, output_bytes, plan_outputs
 
 #: InferTensorContents' field for each datatype; FP16 and BF16 travel as raw bytes only.
 CONTENTS = {
@@ -90,7 +90,7 @@ class _Decided:
     """What a repeated all-raw request without shared memory decides (see the module's docstring)."""
 
     op: OperatorDesc
-    key: bytes                  # pickled(op)
+    key: bytes                  # descriptor_key(op)
     plans: list[OutputPlan]
     sizes: list[int]            # each raw entry's byte count, in descriptor order
     order: list[int]            # for each descriptor input, its raw entry
@@ -102,7 +102,7 @@ class _Decided:
         position = {t.name: i for i, t in enumerate(req.inputs)}
         order = [position[name] for name in op.input_fields]
         sizes = [prod(desc.Sizes) * desc.DataType.info.size for desc in op.inputs]
-        return _Decided(op, pickled(op), plans, sizes, order)
+        return _Decided(op, descriptor_key(op), plans, sizes, order)
 
     def buffers(self, raw: list[bytes]) -> list[np.ndarray] | None:
         """The inputs' buffers, or None when the entries' sizes differ from the shapes (then the whole
@@ -113,10 +113,7 @@ class _Decided:
 
 
 async def model_infer(state: Runtime, model: type[OperatorDesc], msg: Any, started: float) -> Any:
-    worker = state.worker
-    if worker is None or not worker.ready or worker.info is None:
-        raise NotReady("the device is not ready yet")
-    max_tensor_bytes = worker.info["max_tensor_bytes"]
+    max_tensor_bytes = ready_device(state.worker)["max_tensor_bytes"]
     raw, request_id = list(msg.raw_input_contents), msg.id
     cache: HeaderCache[_Decided] = state.grpc_requests
     key = decided = buffers = None

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..descriptors import IMPLEMENTED_LEVEL
-from ..operators import OPERATORS, OperatorDesc, short_name
+from ...descriptors import IMPLEMENTED_LEVEL
+from ...operators import OPERATORS, OperatorDesc, short_name
 
 
 def operator_entry(op: type[OperatorDesc], features: frozenset[str] | None = None) -> dict[str, Any]:

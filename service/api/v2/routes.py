@@ -1,7 +1,7 @@
 """/v2: the Open Inference Protocol (KServe v2) with Triton's extensions (binary tensor data, system
 shared memory, model repository index, model configuration), so tritonclient, perf_analyzer and KServe
-clients talk to vkact as to Triton. Each operator is a model (see v2_models); an inference is parsed
-(v2_codec, v2_encoding), run through the execution path /v1 uses (execution.py) and answered (v2_outputs)."""
+clients talk to vkact as to Triton. Each operator is a model (see dataplane.models); an inference is parsed
+(v2.codec, v2.encoding), run through the data plane as /v1 is (dataplane.execution) and answered (v2.outputs)."""
 from __future__ import annotations
 
 import time
@@ -17,20 +17,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 
-from ..errors import InvalidRequest, NotReady, UnknownOperator, VkactError
-from ..operators import OperatorDesc
-from ..shared_memory import Region, SharedMemoryRegistry
-from ..worker import pickled
-from .execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
-from .header_cache import HeaderCache
-from .metrics import MODEL_VERSION
-from .runtime import device_worker, runtime
-from .json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
-from .v2_codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
-from .v2_encoding import choose_encoding, compress
-from .model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters
-from .v2_models import MODELS, find_model
-from .v2_outputs import OutputPlan, encode_response, output_bytes, plan_outputs
+from ...errors import InvalidRequest, UnknownOperator, VkactError
+from ...operators import OperatorDesc
+from ...shared_memory import Region, SharedMemoryRegistry
+from ...dataplane import NOT_READY, descriptor_key, is_ready, ready_device
+from ..execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
+from ..header_cache import HeaderCache
+from ...dataplane.metrics import MODEL_VERSION
+from ..runtime import device_worker, runtime
+from ..json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
+from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
+from .encoding import choose_encoding, compress
+from ..model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters
+from ...dataplane.models import MODELS, find_model
+from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 
@@ -65,7 +65,7 @@ class RequestIdMiddleware:
 
 
 def _ready(request: Request) -> bool:
-    return device_worker(request).ready
+    return is_ready(device_worker(request))
 
 
 # -- health and metadata --------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ async def repository_index(request: Request) -> list[dict[str, Any]]:
     state = "READY" if _ready(request) else "UNAVAILABLE"
     if only_ready and state != "READY":
         return []
-    reason = "" if state == "READY" else "the device is not ready yet"
+    reason = "" if state == "READY" else NOT_READY
     return [{"name": name, "version": MODEL_VERSION, "state": state, "reason": reason} for name in MODELS]
 
 
@@ -234,7 +234,7 @@ class _Parsed:
             offset += params["binary_data_size"]
         if any(plan.region is not None for plan in plans):
             return None
-        return _Parsed(req, op, pickled(op), [where[name] for name in op.input_fields], plans)
+        return _Parsed(req, op, descriptor_key(op), [where[name] for name in op.input_fields], plans)
 
     def buffers(self, tail: memoryview) -> list[np.ndarray]:
         return [padded(tail[o : o + n], desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
@@ -253,10 +253,8 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     count_against(request, model_class.type_name())  # failures from here on count against the model
     state = runtime(request)
     worker = device_worker(request)
-    if not worker.ready or worker.info is None:
-        raise NotReady("the device is not ready yet")
+    max_tensor_bytes = ready_device(worker)["max_tensor_bytes"]
     limit = state.settings.max_body_bytes
-    max_tensor_bytes = worker.info["max_tensor_bytes"]
     headers = request.headers
     body = await request_body(request, limit)
     header_length = headers.get(HEADER_LENGTH)

@@ -1,0 +1,73 @@
+"""Execution, whichever front-end asked: the call to the device worker with its timeout and the client's
+departure, and the bookkeeping of one answered execution (vkact's own metrics and Triton's per-model
+statistics, counted here once for every protocol)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import Timeout
+from ..operators import OperatorDesc
+from ..worker import LARGE, Result, Source
+
+if TYPE_CHECKING:
+    from ..api.runtime import Runtime
+
+
+async def execute(
+    state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray | Source], in_place: bool = False, key: bytes | None = None,
+    departure: Callable[[], Awaitable[object]] | None = None,
+) -> Result | None:
+    """Run ``op`` on the device worker, whichever protocol asked. None means the client left while the
+    job was queued (the caller answers 499): the job is dropped before it reaches the device. Busy
+    (queue full) propagates; no answer within the request timeout is a Timeout (504).
+
+    The caller's task awaits the worker; the timeout and the client's departure cancel it.
+    ``departure()`` returns when the client has gone (HTTP: the disconnect message; gRPC needs none,
+    grpcio cancels the handler's task itself). A job that goes straight to an idle device is not
+    watched for departure (that needs a task of its own, a large share of a small request's cost):
+    once on the device it runs to the end either way."""
+    worker = state.worker
+    assert worker is not None
+    timeout = state.settings.request_timeout_s
+    task = asyncio.current_task()
+    assert task is not None
+    stopped: list[str] = []   # why this request's task was cancelled, by us
+    finished = False
+
+    def stop(reason: str) -> None:
+        if not finished and not stopped:
+            stopped.append(reason)
+            task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout, stop, "timeout")
+    watcher = None
+    if departure is not None and (not worker.idle or sum(b.nbytes for b in buffers) > LARGE):
+        watcher = asyncio.ensure_future(departure())
+        watcher.add_done_callback(lambda w: w.cancelled() or w.exception() is not None or stop("gone"))
+    try:
+        return await worker.run(op, buffers, in_place, key, state.metrics.triton.pending(op).add)
+    except asyncio.CancelledError:
+        if not stopped or task.uncancel() > 0:  # not ours, or cancelled for another reason too
+            raise
+        if stopped[0] == "gone":
+            state.metrics.triton.failure(op)
+            return None
+        raise Timeout(f"no answer from the device within {timeout} s") from None
+    finally:
+        finished = True
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+
+
+def record_success(state: Runtime, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:
+    """The bookkeeping of one answered execution, whichever protocol carried it."""
+    metrics = state.metrics
+    elapsed = time.perf_counter() - started
+    metrics.operator(op.type_name()).record(elapsed, result.queue_seconds, result.kernel_seconds, bytes_in, bytes_out)
+    metrics.triton.success(op, elapsed, result.queue_seconds, result.kernel_seconds)

@@ -1,0 +1,35 @@
+"""The fixed limits, in one place: the bounds vkact keeps without a setting (settings are in config.py).
+README's "Limits and failure behaviour" lists those a client can meet ("none (N)"); the others bound the
+memory of caches and queues. Each module that applies one imports it from here under its old name."""
+from __future__ import annotations
+
+# -- what a client can meet ------------------------------------------------------------------------
+CONTROL_BODY_BYTES = 1 << 16  # the bodies of control requests (repository, shared memory) are a few bytes
+SHM_MAX_NAME = 256  # characters of a region name: bounds the registry (every registration rewrites it whole)
+STREAM_IN_FLIGHT = 128  # requests of one ModelStreamInfer running at once; beyond, each is answered with an error
+GRPC_MAX_STREAMS = 128  # gRPC streams open on one connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS)
+#: grpc-message's length before percent-encoding: an error that echoes the client's input (a 70,000-byte
+#: service name) is elided to this, so its trailer fits grpc-core's 8-16 KiB metadata limit (h2grpc
+#: cuts any grpc-message at 4,096 bytes besides).
+MAX_STATUS_MESSAGE = 1024
+
+# -- request handling in the HTTP process ----------------------------------------------------------
+#: A body or message that arrives whole and no larger is not charged: the lock's round trips cost ~2% of
+#: a small request in the HTTP process, and such bytes are bounded apart (a request at a time per HTTP
+#: connection, VKACT_MAX_CONNECTIONS gRPC calls: 2 x 512 x 64 KiB, 64 MiB at the default).
+UNCHARGED_BYTES = 1 << 16
+INLINE_BYTES = 1 << 18  # JSON text up to this long is parsed on the event loop: a few ms at most
+HEADER_CACHE_ENTRIES = 512  # distinct headers kept by each front-end's header cache, least recently used out
+MAX_HEADER_BYTES = 8192  # longer headers are parsed every time
+
+# -- the device worker -----------------------------------------------------------------------------
+BATCH_BYTES = 1 << 20  # inputs up to this size may be batched (larger ones gain nothing from it)
+IN_FLIGHT = 2          # jobs handed to the worker at once: one running, one ready to start
+TEMPLATES = 256        # job templates (see worker._TemplateIds) each side keeps
+OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes (their canonical keys)
+GRAPHS_CACHED = 64     # graph plans the worker keeps unpickled, by their bytes
+#: Keyed executions keep their plan and a recorded command buffer; this many, least recently used out.
+MAX_PLANS = 256
+#: Graph programs keep their buffers, pipelines and command buffer (engine_graph.GraphRun); this many.
+MAX_GRAPH_RUNS = 16
+MAX_PROGRAMS = 128   # compiled graph programs kept (least recently used out)
