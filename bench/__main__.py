@@ -252,23 +252,14 @@ def run_graphs(args: argparse.Namespace) -> None:
     _write(args.out, d.name, graphs.section(d.name, header, log2, results), "graphs")
 
 
+PARTS = {"kernels": run_kernels, "service": run_service, "v2": run_v2, "grpc": run_grpc,
+         "types64": run_types64, "accuracy": run_accuracy, "graphs": run_graphs}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
-    parts = [args.only] if args.only else ["kernels", "service", "v2", "grpc", "types64", "accuracy", "graphs"]
-    if "kernels" in parts:
-        run_kernels(args)
-    if "service" in parts:
-        run_service(args)
-    if "v2" in parts:
-        run_v2(args)
-    if "grpc" in parts:
-        run_grpc(args)
-    if "types64" in parts:
-        run_types64(args)
-    if "accuracy" in parts:
-        run_accuracy(args)
-    if "graphs" in parts:
-        run_graphs(args)
+    for part in [args.only] if args.only else PARTS:
+        PARTS[part](args)
 
 
 if __name__ == "__main__":
