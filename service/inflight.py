@@ -19,7 +19,6 @@ import threading
 from .errors import Busy, PayloadTooLarge
 
 SETTING = "VKACT_INFLIGHT_BYTES"
-from .limits import UNCHARGED_BYTES
 
 
 class InflightBudget:

@@ -1,6 +1,6 @@
 """The fixed limits, in one place: the bounds vkact keeps without a setting (settings are in config.py).
 README's "Limits and failure behaviour" lists those a client can meet ("none (N)"); the others bound the
-memory of caches and queues. Each module that applies one imports it from here under its old name."""
+memory of caches and queues. Each module that applies one imports it from here."""
 from __future__ import annotations
 
 # -- what a client can meet ------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
 from ..errors import InvalidRequest, PayloadTooLarge
-from ..inflight import UNCHARGED_BYTES, Claim
+from ..inflight import Claim
 from ..operators import OperatorDesc
 from ..worker import LARGE, Result, Source, copy_into
 from ..dataplane.execution import execute, record_success
@@ -26,7 +26,7 @@ Handler = Callable[..., Awaitable[Response]]
 
 
 CLAIM_KEY = "vkact.claim"  # scope key: the request's claim on the budget of bytes in flight (within_budget)
-from ..limits import CONTROL_BODY_BYTES
+from ..limits import UNCHARGED_BYTES
 OPERATOR_KEY = "vkact.operator"  # scope key: the operator (model) a failure from then on counts against
 
 

@@ -24,7 +24,6 @@ from client.codec import parse_header
 
 from ..errors import InvalidRequest, PayloadTooLarge
 
-from ..limits import INLINE_BYTES
 # Two threads parse and write large JSON texts: at most two are being made into Python objects (or out
 # of them) at once, and the event loop competes for the GIL with at most two threads in long C calls
 # (orjson, numpy's list conversions), whatever the number of such requests.

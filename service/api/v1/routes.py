@@ -31,7 +31,8 @@ from .catalog import catalog
 from ...dataplane.models import kernel_features
 from ..execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
 from ..header_cache import HeaderCache
-from ..json_text import INLINE_BYTES, check_answer_values, dumps, in_json_thread, load_header
+from ...limits import INLINE_BYTES
+from ..json_text import check_answer_values, dumps, in_json_thread, load_header
 from ..runtime import device_worker, runtime
 
 router = APIRouter(prefix="/v1", tags=["v1"])

@@ -16,7 +16,8 @@ from ...operators import OperatorDesc
 from ...shared_memory import Region
 from ...worker import Result
 from ..execution import binary_frame
-from ..json_text import INLINE_BYTES, in_json_thread, dumps
+from ...limits import INLINE_BYTES
+from ..json_text import in_json_thread, dumps
 from ...dataplane.metrics import MODEL_VERSION
 from .codec import InferenceRequest
 from ...dataplane.models import DML_TO_V2

@@ -21,11 +21,12 @@ from ...errors import InvalidRequest, UnknownOperator, VkactError
 from ...operators import OperatorDesc
 from ...shared_memory import Region, SharedMemoryRegistry
 from ...dataplane import NOT_READY, descriptor_key, is_ready, ready_device
-from ..execution import CONTROL_BODY_BYTES, answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
+from ..execution import answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
 from ..header_cache import HeaderCache
 from ...dataplane.metrics import MODEL_VERSION
 from ..runtime import device_worker, runtime
-from ..json_text import INLINE_BYTES, check_answer_values, in_json_thread, load_header
+from ...limits import CONTROL_BODY_BYTES, INLINE_BYTES
+from ..json_text import check_answer_values, in_json_thread, load_header
 from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
 from .encoding import choose_encoding, compress
 from ..model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters

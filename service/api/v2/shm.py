@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...errors import InvalidRequest
 from ...shared_memory import SharedMemoryRegistry, UnknownRegion
-from ..execution import CONTROL_BODY_BYTES, read_body
+from ...limits import CONTROL_BODY_BYTES
+from ..execution import read_body
 from ..runtime import runtime
 
 router = APIRouter(prefix="/v2/systemsharedmemory", tags=["v2"])
