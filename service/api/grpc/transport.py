@@ -222,13 +222,10 @@ class _Connection(asyncio.Protocol):
         requests, claim = self.requests[stream_id]
         while (item := await requests.get()) is not None:
             message, encoding = item
-            size = len(message)
             if encoding is not None:  # inflating up to max_message bytes, in threads
                 message = await _inflated(message, encoding, self.server.max_message, claim)
-                claim.shrink(size)  # the compressed message is gone
-                size = len(message)
             yield message
-            claim.shrink(size)
+            claim.shrink(len(message))
 
     def pause_writing(self) -> None:  # answers wait for the client: read no more requests meanwhile
         if self.transport is not None:
@@ -261,11 +258,9 @@ class _Connection(asyncio.Protocol):
                     claim: Claim) -> None:
         deadline = None
         try:
-            if encoding is not None:  # inflating up to max_message bytes, in threads (the message is charged: _hand_over)
+            if encoding is not None:  # inflating up to max_message bytes, in threads
                 assert message is not None
-                received = claim.held
                 message = await _inflated(message, encoding, self.server.max_message, claim)
-                claim.shrink(received)  # the compressed message is gone
             if timeout is not None:
                 seconds = deadline_seconds(timeout)
                 if seconds is None:
@@ -348,14 +343,17 @@ class RpcError(Exception):
 async def _inflated(message: bytes, encoding: bytes, limit: int, claim: Claim) -> memoryview:
     """A compressed message (grpc-encoding gzip or deflate, as grpcio clients send them), inflated up to
     ``limit`` bytes within ``claim``: a small bomb grows past neither the message bound nor the budget
-    of bytes in flight (v2.encoding.Inflater)."""
+    of bytes in flight (v2.encoding.Inflater). The compressed message, charged to ``claim`` when it was
+    handed over (_hand_over), is given back once inflated."""
     if encoding == b"":
         raise RpcError(INTERNAL, "a compressed message without grpc-encoding")
     if encoding not in (b"gzip", b"deflate"):
         raise RpcError(UNIMPLEMENTED, f"grpc-encoding {encoding.decode('latin-1')!r} is not supported (gzip, deflate, identity)")
     try:
-        return await inflated(Inflater(message, encoding.decode(), limit, claim, "request message"), first_on_loop=False)
+        out = await inflated(Inflater(message, encoding.decode(), limit, claim, "request message"), first_on_loop=False)
     except InvalidRequest as exc:
         raise RpcError(INTERNAL, exc.message) from None
     except PayloadTooLarge as exc:
         raise RpcError(RESOURCE_EXHAUSTED, exc.message) from None
+    claim.shrink(len(message))
+    return out
