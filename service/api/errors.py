@@ -25,6 +25,7 @@ from client.codec import CodecError
 from ..errors import VkactError
 from ..operators import OPERATORS, descriptor_error
 from .execution import OPERATOR_KEY
+from ..dataplane.graph_models import LABEL_PREFIX as GRAPH_LABEL
 from ..dataplane.metrics import Metrics
 from .runtime import runtime
 from ..dataplane.models import oip_names
@@ -91,6 +92,8 @@ def count_error(metrics: Metrics, status: int, operator: str | None, seconds: fl
         metrics.failed(operator, status)
         if operator in OPERATORS:  # a failed inference of a known model, in Triton's terms
             metrics.triton.failure(OPERATORS[operator], seconds)
+        elif operator.startswith(GRAPH_LABEL) and (stats := metrics.triton.model(operator[len(GRAPH_LABEL):])) is not None:
+            metrics.triton.failure(stats, seconds)  # a loaded graph model's
 
 
 def _answer(request: Request, status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
