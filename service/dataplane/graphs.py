@@ -26,7 +26,7 @@ import pickle
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Union
@@ -204,31 +204,40 @@ async def compile_graph(settings: Settings, graph: GraphDesc) -> CompiledGraph:
 
 # -- inputs and limits -----------------------------------------------------------------------------
 
-def check_inputs(compiled: CompiledGraph, inputs: Mapping[str, Input], field: str = "Inputs") -> list[Input]:
-    """The inputs in graph input index order; InvalidRequest (400) naming ``{field}.{name}`` for an
-    unknown or missing input, or one whose buffer is not its TotalTensorSizeInBytes."""
-    names = compiled.inputs
-    for name in inputs:
+def check_names(graph: GraphDesc, given: Iterable[str], field: str = "Inputs") -> None:
+    """InvalidRequest (400) naming ``{field}.{name}`` for an input the graph does not have, or one it
+    has that ``given`` lacks (a front-end may check names before it decodes any data)."""
+    names = graph.input_names()
+    given = list(given)
+    for name in given:
         if name not in names:
             raise InvalidRequest(f"the graph has no input {name!r}; its inputs are {', '.join(names)}", f"{field}.{name}")
-    ordered = []
-    for name, desc in names.items():
-        data = inputs.get(name)
-        if data is None:
+    for name in names:
+        if name not in given:
             raise InvalidRequest(f"data for the graph input {name!r} is missing", f"{field}.{name}")
+
+
+def check_inputs(compiled: CompiledGraph, inputs: Mapping[str, Input], field: str = "Inputs") -> list[Input]:
+    """The inputs in graph input index order; InvalidRequest (400) naming ``{field}.{name}`` for an
+    unknown or missing input (``check_names``), or one whose buffer is not its TotalTensorSizeInBytes."""
+    check_names(compiled.graph, inputs, field)
+    ordered = []
+    for name, desc in compiled.inputs.items():
+        data = inputs[name]
         if data.nbytes != desc.total_bytes:
             raise InvalidRequest(f"{data.nbytes} bytes for the graph input {name!r}; its TotalTensorSizeInBytes is {desc.total_bytes}", f"{field}.{name}")
         ordered.append(data)
     return ordered
 
 
-def check_limits(compiled: CompiledGraph, max_tensor_bytes: int, pool_bytes: int) -> None:
+def check_limits(graph: GraphDesc | CompiledGraph, max_tensor_bytes: int, pool_bytes: int) -> None:
     """What a graph must meet before any device work: every tensor within the device's binding limit
     (422), no node output declared larger than it needs and than its largest input (the first nodes'
     inputs are the data sent: an output may not be larger than that, as /v1's may not), and its tensors
     within the buffer pool (413)."""
-    graph = compiled.graph
-    total = sum(d.total_bytes for d in compiled.inputs.values())
+    if isinstance(graph, CompiledGraph):
+        graph = graph.graph
+    total = sum(graph.input_desc(i).total_bytes for i in range(graph.InputCount))
     for n, op in enumerate(graph.operators):
         prefix = f"Graph.Nodes[{n}].Operator"
         try:
