@@ -2,6 +2,7 @@
 ``Engine.execute`` (no graph code involved), each node's output bytes handed to its readers."""
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -33,20 +34,38 @@ def chain(operators: list[dict], names: tuple[str, str] = ("x", "y")) -> dict:
     }
 
 
-def node_by_node(engine: Engine, graph: GraphDesc, inputs: list[bytes]) -> list[np.ndarray]:
-    """The graph's outputs as its nodes give them one request at a time."""
-    ops = graph.operators
-    values: dict[tuple[str, int], np.ndarray] = {("input", i): np.frombuffer(b, np.uint8) for i, b in enumerate(inputs)}
+def _sources(graph: GraphDesc) -> dict[tuple[int, int], tuple[str, int]]:
+    """What feeds each node input: ("input", graph input) or ("node", the producing node)."""
     sources: dict[tuple[int, int], tuple[str, int]] = {}
     for e in graph.InputEdges:
         sources[(e.ToNodeIndex, e.ToNodeInputIndex)] = ("input", e.GraphInputIndex)
     for e in graph.IntermediateEdges:
         sources[(e.ToNodeIndex, e.ToNodeInputIndex)] = ("node", e.FromNodeIndex)
+    return sources
+
+
+def node_by_node(engine: Engine, graph: GraphDesc, inputs: list[bytes]) -> list[np.ndarray]:
+    """The graph's outputs as its nodes give them one request at a time."""
+    ops = graph.operators
+    values: dict[tuple[str, int], np.ndarray] = {("input", i): np.frombuffer(b, np.uint8) for i, b in enumerate(inputs)}
+    sources = _sources(graph)
     for n in graph.order:
         args = [values[sources[(n, slot)]] for slot in range(len(ops[n].input_fields))]
         values[("node", n)] = engine.execute(ops[n], args)
     ordered = sorted(graph.OutputEdges, key=lambda e: e.GraphOutputIndex)
     return [values[("node", e.FromNodeIndex)] for e in ordered]
+
+
+async def node_by_node_async(run: Callable[[int, list[bytes]], Awaitable[bytes]], graph: GraphDesc, inputs: list[bytes]) -> dict[str, bytes]:
+    """The graph's outputs by name as ``run(node index, its input buffers)`` gives each node's output
+    buffer, one request at a time (a device worker job, a /v1 request): no graph code involved."""
+    values: dict[tuple[str, int], bytes] = {("input", i): b for i, b in enumerate(inputs)}
+    sources = _sources(graph)
+    for n in graph.order:
+        args = [values[sources[(n, slot)]] for slot in range(len(graph.operators[n].input_fields))]
+        values[("node", n)] = await run(n, args)
+    names = graph.output_names()
+    return {names[e.GraphOutputIndex]: values[("node", e.FromNodeIndex)] for e in sorted(graph.OutputEdges, key=lambda e: e.GraphOutputIndex)}
 
 
 def sample(dtype, sizes=SIZES, seed=0) -> np.ndarray:
