@@ -109,6 +109,11 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
+def client_departure(request: Request) -> Callable[[], Awaitable[None]]:
+    """What returns when the client of ``request`` has gone (its body read), for the data plane's runs."""
+    return lambda: _until_disconnected(request)
+
+
 async def run_on_device(
     request: Request, op: OperatorDesc, buffers: Sequence[np.ndarray | Source], in_place: bool = False, key: bytes | None = None
 ) -> Result | None:

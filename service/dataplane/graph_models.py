@@ -2,9 +2,9 @@
 repository extension (/v2's POST /v2/repository/models/{name}/load with the graph's JSON as
 ``parameters.config``, gRPC's RepositoryModelLoad), beside the operator models of models.py.
 
-A graph is validated (parse_graph: DirectML's rules, a 422 naming the field) and compiled
-(GraphCompiler, in a thread: glslang runs there) once, at load; each inference then runs the compiled
-plan. Its inputs and outputs are the graph's input and output edges, named by their ``Name``s, each with
+A graph is validated (graphs.parse: DirectML's rules, a 422 naming the field), checked against the
+device's limits (graphs.check_limits) and compiled (graphs.compile_graph, in a thread: glslang runs
+there) once, at load; each inference then runs the compiled graph (graphs.run_graph). Its inputs and outputs are the graph's input and output edges, named by their ``Name``s, each with
 the one data type and shape of its tensor descriptor (packed: the protocol's tensors are row-major).
 
 The registry belongs to the data plane (the front-ends only translate): a name never shadows an
@@ -27,10 +27,11 @@ from client.codec import CodecError, parse_header
 
 from ..config import Settings
 from ..descriptors import packed_strides
-from ..descriptors.graph import GraphDesc, parse_graph
+from ..descriptors.graph import GraphDesc
 from ..descriptors.tensor import TensorDesc
 from ..errors import DescriptorError, InvalidRequest, UnknownOperator
-from ..graph_compiler import GraphCompiler, GraphPlan
+from . import graphs
+from .graphs import CompiledGraph
 from .metrics import MODEL_VERSION, ModelStats, TritonMetrics
 from .models import DML_TO_V2, MODELS
 
@@ -67,11 +68,14 @@ class GraphTensor:
 @dataclass(frozen=True)
 class GraphModel:
     name: str
-    graph: GraphDesc
-    plan: GraphPlan
+    compiled: CompiledGraph
     inputs: tuple[GraphTensor, ...]     # in graph input index order
     outputs: tuple[GraphTensor, ...]    # in graph output index order
     stats: ModelStats = field(compare=False, repr=False)
+
+    @property
+    def graph(self) -> GraphDesc:
+        return self.compiled.graph
 
     @property
     def label(self) -> str:
@@ -80,9 +84,8 @@ class GraphModel:
 
     def report(self) -> dict[str, str]:
         """What the tensors cannot say, for metadata and config parameters: whether the graph fused and
-        why not, its dispatches and nodes."""
-        return {"graph_fused": "true" if self.plan.fused else "false", "graph_notes": "; ".join(self.plan.notes),
-                "graph_dispatches": str(self.plan.dispatches), "graph_nodes": str(len(self.graph.Nodes))}
+        why not (graph_fused, graph_notes), its dispatches and nodes."""
+        return self.compiled.report.parameters()
 
     def metadata(self) -> dict[str, Any]:
         """$metadata_model_response: the edges' names, data types and shapes."""
@@ -138,12 +141,14 @@ def _tensors(graph: GraphDesc) -> tuple[tuple[GraphTensor, ...], tuple[GraphTens
 class GraphModels:
     """The graph models of one HTTP process, by name."""
 
-    def __init__(self, settings: Settings, triton: TritonMetrics, compiler: GraphCompiler | None = None) -> None:
+    def __init__(self, settings: Settings, triton: TritonMetrics) -> None:
         self.settings = settings
         self._triton = triton
-        self._compiler = compiler or GraphCompiler(settings)
         self._models: dict[str, GraphModel] = {}
         self._loading: set[str] = set()   # names being compiled (they count against the limit)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._models
 
     def get(self, name: str) -> GraphModel | None:
         return self._models.get(name)
@@ -160,31 +165,34 @@ class GraphModels:
     def names(self) -> list[str]:
         return sorted(self._models)
 
-    async def load(self, name: str, text: str) -> GraphModel:
+    async def load(self, name: str, text: str, max_tensor_bytes: int | None) -> GraphModel:
         """Validate and compile the graph ``text`` (DML_GRAPH_DESC's JSON) as model ``name``, then put
-        it in place of any model of that name. Nothing changes when it fails."""
+        it in place of any model of that name. Nothing changes when it fails. ``max_tensor_bytes``: the
+        device's binding limit, once the device is known (every inference checks it too)."""
         self._check_name(name)
         if name in self._loading:
             raise InvalidRequest(f"graph model {name!r} is being loaded by another request: retry once it is done", "name")
         self._check_room(name)
         self._loading.add(name)
         try:  # parsed (up to GRAPH_CONFIG_BYTES of JSON) and compiled (glslang) off the event loop
-            graph, inputs, outputs, plan = await asyncio.to_thread(self._build, text)
+            graph, inputs, outputs = await asyncio.to_thread(self._parse, text)
+            if max_tensor_bytes is not None:
+                graphs.check_limits(graph, max_tensor_bytes, self.settings.pool_bytes)
+            compiled = await graphs.compile_graph(self.settings, graph)
         finally:
             self._loading.discard(name)
         old = self._models.get(name)
         stats = old.stats if old is not None else self._triton.add_model(name)
-        model = self._models[name] = GraphModel(name, graph, plan, inputs, outputs, stats)
+        model = self._models[name] = GraphModel(name, compiled, inputs, outputs, stats)
         return model
 
-    def _build(self, text: str) -> tuple[GraphDesc, tuple[GraphTensor, ...], tuple[GraphTensor, ...], GraphPlan]:
+    def _parse(self, text: str) -> tuple[GraphDesc, tuple[GraphTensor, ...], tuple[GraphTensor, ...]]:
         try:  # 400s, never a RecursionError: text nested too deeply, an integer too long, not an object
             data = parse_header(memoryview(text.encode("utf-8", "surrogatepass")))
         except CodecError as exc:
             raise InvalidRequest(f"the config is not a JSON object (a DML_GRAPH_DESC): {exc.message}", "config") from None
-        graph = parse_graph(data, self.settings.max_graph_nodes)
-        inputs, outputs = _tensors(graph)
-        return graph, inputs, outputs, self._compiler.compile(graph)
+        graph = graphs.parse(data, self.settings)
+        return (graph, *_tensors(graph))
 
     def unload(self, name: str) -> None:
         """Forget graph model ``name`` (requests running on it finish); UnknownOperator when none."""

@@ -26,6 +26,7 @@ from ...dataplane import is_ready
 from ...errors import InvalidRequest, UnknownOperator
 from . import transport as status_codes
 from ..errors import count_error, protocol_error
+from .graph_infer import graph_model_infer
 from .infer import model_infer
 from .messages import config_pb, pb
 from .reflection import reflection_routes
@@ -35,7 +36,7 @@ from ..v2.statistics import model_stats
 from ..v2.routes import EXTENSIONS
 from ..v2.settings import NO_LOGGING, NO_TRACE_GRPC
 from .. import repository
-from ...dataplane.models import find_model
+from ...dataplane.models import MODELS, find_model
 
 log = logging.getLogger("vkact.grpc")
 
@@ -190,6 +191,10 @@ class InferenceServicer:
         started = time.perf_counter()
         operator = "-"  # failures count against the model once it is known, as on /v2
         try:
+            if request.model_name not in MODELS and request.model_name in self.state.graphs:
+                graph = self.state.graphs.find(request.model_name, request.model_version or None)
+                operator = graph.label
+                return await graph_model_infer(self.state, graph, request, started)
             model = find_model(request.model_name, request.model_version or None)
             operator = model.type_name()
             return await model_infer(self.state, model, request, started)

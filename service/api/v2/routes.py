@@ -303,11 +303,21 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     return answered(Response(content, media_type=media_type, headers=headers), request, op, started, result, bytes_in, op.output.total_bytes)
 
 
-@router.post("/models/{model}/infer", summary="Run the operator")
+@router.post("/models/{model}/infer", summary="Run the operator, or the graph model")
 async def infer(request: Request, model: str) -> Response:
+    if model not in MODELS and model in runtime(request).graphs:
+        return await _infer_graph(request, model, None)
     return await _infer(request, model, None)
 
 
-@router.post("/models/{model}/versions/{version}/infer", summary="Run the operator (one version)")
+@router.post("/models/{model}/versions/{version}/infer", summary="Run the operator, or the graph model (one version)")
 async def infer_version(request: Request, model: str, version: str) -> Response:
+    if model not in MODELS and model in runtime(request).graphs:
+        return await _infer_graph(request, model, version)
     return await _infer(request, model, version)
+
+
+async def _infer_graph(request: Request, model: str, version: str | None) -> Response:
+    from .graph_infer import infer_graph  # imports this module's Regions
+
+    return await infer_graph(request, runtime(request).graphs.find(model, version))
