@@ -13,7 +13,7 @@ from ..runtime import Runtime
 from ..v2.codec import decode_tensors
 from ..v2.graph_infer import answered_tensors, check_request_inputs, plan_graph_outputs
 from ..v2.routes import Regions
-from .infer import inference_request, serialized
+from .infer import inference_request, raw_outputs, serialized
 from .messages import pb
 
 
@@ -29,16 +29,7 @@ async def graph_model_infer(state: Runtime, model: GraphModel, msg: Any, started
         assert answer is not None  # no departure watch: the transport cancels this task when the client leaves
         try:
             head = pb.ModelInferResponse(model_name=msg.model_name, model_version=MODEL_VERSION, id=msg.id)
-            raws: list[bytes | memoryview] = []
-            for plan, (spec, data) in zip(plans, answered_tensors(model, answer.outputs, plans).values()):
-                head.outputs.add(name=spec.name, datatype=spec.datatype, shape=spec.shape)
-                if plan.region is not None:
-                    await region(plan.region).write(plan.offset, data, plan.field)
-                    raws.append(b"")
-                else:
-                    raws.append(data.data)
-            response = serialized(head, raws)
-            del raws
+            response = serialized(head, await raw_outputs(head, plans, answered_tensors(model, answer.outputs, plans), region))
             graphs.record_graph_success(state, started, answer, model.label, model.stats)
         finally:
             answer.release()

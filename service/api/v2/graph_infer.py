@@ -54,10 +54,14 @@ def plan_graph_outputs(model: GraphModel, req: InferenceRequest, region) -> list
     return plan_named_outputs({t.name: t.nbytes for t in model.outputs}, req, region)
 
 
-def answered_tensors(model: GraphModel, outputs: dict[str, memoryview], plans: list[OutputPlan]) -> dict[str, tuple[GraphTensor, np.ndarray]]:
-    """Each planned output's tensor and its packed bytes (a view of the slot: read before the answer's release)."""
+def answered_tensors(model: GraphModel, outputs: dict[str, memoryview], plans: list[OutputPlan]) -> dict[str, OutputTensor]:
+    """Each planned output with its packed bytes (a view of the slot: read before the answer's release)."""
     specs = {t.name: t for t in model.outputs}
-    return {p.name: (specs[p.name], np.frombuffer(outputs[p.name], np.uint8, specs[p.name].nbytes)) for p in plans}
+    return {p.name: _answered(specs[p.name], outputs[p.name]) for p in plans}
+
+
+def _answered(spec: GraphTensor, buffer: memoryview) -> OutputTensor:
+    return OutputTensor(spec.datatype, spec.shape, spec.desc.DataType.info.numpy, np.frombuffer(buffer, np.uint8, spec.nbytes))
 
 
 def _parse(body: memoryview, header_length: str | None, model: GraphModel, max_json_values: int) -> tuple[InferenceRequest, memoryview]:
@@ -106,8 +110,7 @@ async def infer_graph(request: Request, model: GraphModel) -> Response:
         if answer is None:  # the client left
             return Response(status_code=499)
         try:
-            tensors = {name: OutputTensor(spec.datatype, spec.shape, spec.desc.DataType.info.numpy, data)
-                       for name, (spec, data) in answered_tensors(model, answer.outputs, plans).items()}
+            tensors = answered_tensors(model, answer.outputs, plans)
             content, header_length = await encode_outputs(model.name, request_id, plans, tensors, region)
             del tensors
             graphs.record_graph_success(state, started, answer, model.label, model.stats)
