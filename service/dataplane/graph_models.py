@@ -40,7 +40,9 @@ PLATFORM = "vkact_directml_graph"
 #: would be taken by GET /v2/models/stats (the statistics of every model).
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 RESERVED_NAMES = frozenset({"stats"})
-#: The failure label of a graph model's inferences (vkact_requests' ``operator``, count_error).
+#: What a graph model's inference counts its failures against until it is answered (count_error
+#: finds the model's statistics by it); vkact's own series count every graph under graphs.GRAPH_LABEL,
+#: so names loaded and unloaded by the thousand never grow them.
 LABEL_PREFIX = "graph:"
 
 
@@ -79,7 +81,7 @@ class GraphModel:
 
     @property
     def label(self) -> str:
-        """Its name among the operators in vkact's own series (vkact_requests{operator=...})."""
+        """What its failures count against (see LABEL_PREFIX)."""
         return LABEL_PREFIX + self.name
 
     def report(self) -> dict[str, str]:

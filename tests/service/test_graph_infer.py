@@ -143,7 +143,7 @@ GRAPHS = {
 
 
 @pytest.mark.parametrize("name", list(GRAPHS))
-def test_a_graph_model_answers_as_its_nodes_one_by_one(tc, gc, name):
+def test_a_graph_model_answers_as_its_nodes_one_by_one(tc, gc, http, name):
     graph, inputs = GRAPHS[name][0](), GRAPHS[name][1]()
     tc.load_model(name, config=json.dumps(graph))
     want = one_by_one(tc, graph, inputs)
@@ -153,6 +153,9 @@ def test_a_graph_model_answers_as_its_nodes_one_by_one(tc, gc, name):
             same_bits(got[key], want[key])
     (stats,) = tc.get_inference_statistics(name)["model_stats"]
     assert stats["inference_count"] == 2 and stats["execution_count"] == 2 and stats["inference_stats"]["success"]["count"] == 2
+    assert f'nv_inference_request_success{{model="{name}",version="1"}} 2' in http.get("/metrics").text
+    tc.unload_model(name)
+    assert f'model="{name}"' not in http.get("/metrics").text   # gone with the model: names never pile up
 
 
 def test_json_tensors_and_a_subset_of_the_outputs(tc, gc):

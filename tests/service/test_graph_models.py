@@ -168,6 +168,17 @@ def test_hostile_loads(clients, http, graph_server):
     assert http.get("/v2/health/ready").status_code == 200
 
 
+def test_a_graph_beyond_the_device_is_refused_at_load(clients, http):
+    """Tensors past the device's binding limit (lavapipe: 2^31 - 1 bytes less 16) fail at load, named,
+    not at every inference."""
+    h, g = clients
+    big = chain([activation("RELU", np.float32, (1 << 29,)), activation("SIGMOID", np.float32, (1 << 29,))])  # 2 GiB each
+    for client, status in ((h, "400"), (g, "StatusCode.INVALID_ARGUMENT")):
+        code, message = refused(lambda: client.load_model("big", config=json.dumps(big)))
+        assert code == status and "Graph.Nodes[0].Operator.InputTensor" in message, message
+    assert "big" not in {m["name"] for m in http.post("/v2/repository/index").json()}
+
+
 def test_the_limit_of_loaded_graph_models(clients, http):
     h, g = clients
     for k in range(MAX_MODELS):

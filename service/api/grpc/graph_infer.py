@@ -30,7 +30,7 @@ async def graph_model_infer(state: Runtime, model: GraphModel, msg: Any, started
         try:
             head = pb.ModelInferResponse(model_name=msg.model_name, model_version=MODEL_VERSION, id=msg.id)
             response = serialized(head, await raw_outputs(head, plans, answered_tensors(model, answer.outputs, plans), region))
-            graphs.record_graph_success(state, started, answer, model.label, model.stats)
+            graphs.record_graph_success(state, started, answer, stats=model.stats)
         finally:
             answer.release()
     return response

@@ -113,7 +113,7 @@ async def infer_graph(request: Request, model: GraphModel) -> Response:
             tensors = answered_tensors(model, answer.outputs, plans)
             content, header_length = await encode_outputs(model.name, request_id, plans, tensors, region)
             del tensors
-            graphs.record_graph_success(state, started, answer, model.label, model.stats)
+            graphs.record_graph_success(state, started, answer, stats=model.stats)
         finally:
             answer.release()
     headers = {"Vary": "Accept-Encoding"}
