@@ -117,15 +117,12 @@ class GraphAnswer:
     kernel_seconds: float       # the command buffer's (every dispatch of the plan)
     queue_seconds: float
     bytes_in: int
+    bytes_out: int
     _result: GraphResult = field(repr=False)
 
     @property
     def report(self) -> GraphReport:
         return self.compiled.report
-
-    @property
-    def bytes_out(self) -> int:
-        return sum(view.nbytes for view in self.outputs.values())
 
     def release(self) -> None:
         """Hand the slot back once the outputs have been read."""
@@ -301,7 +298,7 @@ before it decodes the inputs too) are checked first, then the inputs; then the
         if watcher is not None:
             watcher.cancel()
     outputs = dict(zip(compiled.output_names, result.outputs))
-    return GraphAnswer(compiled, outputs, result.kernel_seconds, result.queue_seconds, bytes_in, result)
+    return GraphAnswer(compiled, outputs, result.kernel_seconds, result.queue_seconds, bytes_in, sum(v.nbytes for v in outputs.values()), result)
 
 
 def record_graph_success(state: Runtime, started: float, answer: GraphAnswer, label: str = GRAPH_LABEL, stats: Any = None) -> None:
