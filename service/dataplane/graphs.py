@@ -262,8 +262,8 @@ async def run_graph(
 ) -> GraphAnswer | None:
     """Run a compiled graph on ``inputs`` (by input edge name; see ``check_inputs``, whose errors name
     ``{field}.{name}``) on the device worker. The limits (``check_limits``; a front-end may check them
-before it decodes the inputs too) are checked first, then the inputs; then the
-    job runs under the request timeout (Timeout, 504). None means the client left while the job was
+    before it decodes the inputs too) are checked first, then the inputs; then the job runs under the
+    request timeout (Timeout, 504). None means the client left while the job was
     queued (the caller answers 499; ``departure()`` returns when it has gone, as for ``execute``);
     ``stats`` (a graph model's Triton statistics) then counts a failure. Busy (queue full) propagates."""
     if isinstance(compiled, GraphPlan):
@@ -279,6 +279,7 @@ before it decodes the inputs too) are checked first, then the inputs; then the
         watcher = asyncio.ensure_future(departure())
     timeout = state.settings.request_timeout_s
     deadline = time.monotonic() + timeout
+    answered = False
     try:
         while not job.done():
             waits = {job} if watcher is None else {job, watcher}
@@ -293,7 +294,10 @@ before it decodes the inputs too) are checked first, then the inputs; then the
                         state.metrics.triton.failure(stats)
                     return None
         result = job.result()
+        answered = True
     finally:
+        if not answered and job.done() and not job.cancelled() and job.exception() is None:
+            job.result().release()   # answered as this call was cancelled: the slot must not be lost
         job.cancel()
         if watcher is not None:
             watcher.cancel()
