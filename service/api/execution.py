@@ -109,8 +109,8 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-def client_departure(request: Request) -> Callable[[], Awaitable[None]]:
-    """What returns when the client of ``request`` has gone (its body read), for the data plane's runs."""
+def departure(request: Request) -> Callable[[], Awaitable[object]]:
+    """What returns when the client of ``request`` (its body read) has gone: a data plane call's ``departure``."""
     return lambda: _until_disconnected(request)
 
 

@@ -117,15 +117,12 @@ class GraphAnswer:
     kernel_seconds: float       # the command buffer's (every dispatch of the plan)
     queue_seconds: float
     bytes_in: int
+    bytes_out: int
     _result: GraphResult = field(repr=False)
 
     @property
     def report(self) -> GraphReport:
         return self.compiled.report
-
-    @property
-    def bytes_out(self) -> int:
-        return sum(view.nbytes for view in self.outputs.values())
 
     def release(self) -> None:
         """Hand the slot back once the outputs have been read."""
@@ -265,8 +262,8 @@ async def run_graph(
 ) -> GraphAnswer | None:
     """Run a compiled graph on ``inputs`` (by input edge name; see ``check_inputs``, whose errors name
     ``{field}.{name}``) on the device worker. The limits (``check_limits``; a front-end may check them
-before it decodes the inputs too) are checked first, then the inputs; then the
-    job runs under the request timeout (Timeout, 504). None means the client left while the job was
+    before it decodes the inputs too) are checked first, then the inputs; then the job runs under the
+    request timeout (Timeout, 504). None means the client left while the job was
     queued (the caller answers 499; ``departure()`` returns when it has gone, as for ``execute``);
     ``stats`` (a graph model's Triton statistics) then counts a failure. Busy (queue full) propagates."""
     if isinstance(compiled, GraphPlan):
@@ -282,6 +279,7 @@ before it decodes the inputs too) are checked first, then the inputs; then the
         watcher = asyncio.ensure_future(departure())
     timeout = state.settings.request_timeout_s
     deadline = time.monotonic() + timeout
+    answered = False
     try:
         while not job.done():
             waits = {job} if watcher is None else {job, watcher}
@@ -296,12 +294,15 @@ before it decodes the inputs too) are checked first, then the inputs; then the
                         state.metrics.triton.failure(stats)
                     return None
         result = job.result()
+        answered = True
     finally:
+        if not answered and job.done() and not job.cancelled() and job.exception() is None:
+            job.result().release()   # answered as this call was cancelled: the slot must not be lost
         job.cancel()
         if watcher is not None:
             watcher.cancel()
     outputs = dict(zip(compiled.output_names, result.outputs))
-    return GraphAnswer(compiled, outputs, result.kernel_seconds, result.queue_seconds, bytes_in, result)
+    return GraphAnswer(compiled, outputs, result.kernel_seconds, result.queue_seconds, bytes_in, sum(v.nbytes for v in outputs.values()), result)
 
 
 def record_graph_success(state: Runtime, started: float, answer: GraphAnswer, label: str = GRAPH_LABEL, stats: Any = None) -> None:

@@ -11,8 +11,7 @@ from client.buffers import to_buffer, view
 from service.config import Settings
 from service.descriptors.graph import GraphDesc, parse_graph
 from service.graph_compiler import FusedStep, GraphCompiler, NodeStep, ReductionStep
-from tests.graph_helpers import SIZES, activation, chain, linear_tanh_shrink, node_by_node, sample, shared_intermediate
-from tests.helpers import tensor
+from tests.graph_helpers import SIZES, activation, broadcast_prelu, chain, linear_tanh_shrink, node_by_node, prelu_softmax, sample, shared_intermediate
 
 
 
@@ -59,19 +58,7 @@ def test_linear_scaled_tanh_shrink_is_one_dispatch_bit_identical(engine, compile
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 def test_parameterized_relu_then_softmax1(engine, compiler, dtype):
     sizes = (2, 3, 64)
-    graph = parse_graph({
-        "InputCount": 2, "OutputCount": 1,
-        "Nodes": [
-            {"Operator": activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor", "SlopeTensor"))},
-            {"Operator": activation("SOFTMAX1", dtype, sizes, Axes=[1, 2])},
-        ],
-        "InputEdges": [
-            {"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"},
-            {"GraphInputIndex": 1, "ToNodeIndex": 0, "ToNodeInputIndex": 1, "Name": "slope"},
-        ],
-        "IntermediateEdges": [{"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0}],
-        "OutputEdges": [{"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
-    })
+    graph = parse_graph(prelu_softmax(dtype, sizes, axes=(1, 2)))
     x = sample(dtype, sizes)
     x.reshape(-1)[:8] = np.linspace(-2, 2, 8)   # softmax: NaN/inf would make whole rows NaN
     slope = (np.random.default_rng(1).random(sizes) * 0.5).astype(dtype)
@@ -124,22 +111,7 @@ def test_strided_and_broadcast_nodes_run_unfused_and_say_so(engine, compiler):
     """A broadcast SlopeTensor has no packed layout: that node runs with its own kernel; the answer is
     still the node-by-node one, and the plan notes why."""
     dtype, sizes = np.float32, (6, 40)
-    slope_desc = tensor(dtype, sizes, (0, 1))
-    prelu = activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor",))
-    prelu["SlopeTensor"] = slope_desc
-    graph = parse_graph({
-        "InputCount": 2, "OutputCount": 1,
-        "Nodes": [{"Operator": activation("TANH", dtype, sizes)}, {"Operator": prelu}, {"Operator": activation("RELU", dtype, sizes)}],
-        "InputEdges": [
-            {"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"},
-            {"GraphInputIndex": 1, "ToNodeIndex": 1, "ToNodeInputIndex": 1, "Name": "slope"},
-        ],
-        "IntermediateEdges": [
-            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0},
-            {"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "ToNodeIndex": 2, "ToNodeInputIndex": 0},
-        ],
-        "OutputEdges": [{"FromNodeIndex": 2, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
-    })
+    graph = parse_graph(broadcast_prelu(dtype, sizes))
     x = sample(dtype, sizes)
     slope = np.linspace(0.1, 0.9, sizes[1], dtype=dtype)
     plan = compiler.compile(graph)

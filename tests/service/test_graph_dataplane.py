@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from service.config import Settings
 from service.dataplane import graphs
 from service.dataplane.metrics import Metrics
 from service.descriptors.graph import parse_graph
-from service.errors import DescriptorError, InvalidRequest, PayloadTooLarge, UnsupportedOnDevice
+from service.errors import DescriptorError, InvalidRequest, PayloadTooLarge, Timeout, UnsupportedOnDevice
 from service.shared_memory import SharedMemoryRegistry
 from service.worker import DeviceWorker
 from tests.graph_helpers import SIZES, activation, chain, node_by_node_async, sample, shared_intermediate
@@ -79,7 +80,7 @@ def test_outputs_by_name_are_the_nodes_one_by_one():
         expected = await _node_by_node(state.worker, graph, x)
         source = _Source(x.reshape(-1).view(np.uint8))
         for given in (x.reshape(-1).view(np.uint8), source):
-            started = 0.0
+            started = time.perf_counter()
             answer = await graphs.run_graph(state, compiled, {"x": given})
             assert answer is not None
             assert list(answer.outputs) == ["s", "p", "l"]            # graph output index order
@@ -151,6 +152,35 @@ def test_the_buffer_pool_bounds_a_graph_before_device_work():
         assert err.value.field == "Graph" and "VKACT_POOL_BYTES" in err.value.message
 
     _with_state(scenario, pool_bytes=8 << 20)
+
+
+@pytest.mark.timeout(180)
+def test_a_client_gone_or_a_timeout_drops_the_job_and_frees_its_slot():
+    async def scenario(state: Runtime) -> None:
+        sizes = (1 << 19,)   # 2 MiB inputs: large enough that the client's departure is watched
+        compiled = await graphs.compile_graph(state.settings, graphs.parse(chain([activation("RELU", np.float32, sizes)]), state.settings))
+        x = np.ones(1 << 21, np.uint8)
+
+        async def gone() -> None:
+            return None
+
+        assert await graphs.run_graph(state, compiled, {"x": x}, departure=gone) is None
+        patient = state.settings
+        state.settings = patient.model_copy(update={"request_timeout_s": 1e-6})
+        with pytest.raises(Timeout):
+            await graphs.run_graph(state, compiled, {"x": x})
+        state.settings = patient
+        for _ in range(200):   # a job already on the device hands its slot back when it ends
+            if state.worker.queue_depth == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert state.worker.queue_depth == 0
+        answer = await graphs.run_graph(state, compiled, {"x": np.zeros(1 << 21, np.uint8)})
+        assert answer is not None and bytes(answer.outputs["y"]) == bytes(1 << 21)
+        answer.release()
+        assert state.worker.queue_depth == 0
+
+    _with_state(scenario)
 
 
 def test_parse_refuses_what_is_no_graph_and_too_many_nodes():

@@ -19,7 +19,7 @@ from ...dataplane import graphs, ready_device
 from ...dataplane.graph_models import GraphModel, GraphTensor
 from ...errors import InvalidRequest
 from ...limits import INLINE_BYTES
-from ..execution import client_departure, count_against, request_body, within_budget
+from ..execution import count_against, departure, request_body, within_budget
 from ..json_text import check_answer_values, in_json_thread
 from ..runtime import runtime
 from .codec import InferenceRequest, RequestInput, decode_tensors, json_length, json_tensor_input, parse_frame
@@ -105,7 +105,7 @@ async def infer_graph(request: Request, model: GraphModel) -> Response:
         sizes = {t.name: t.nbytes // t.desc.DataType.info.size for t in model.outputs}
         check_answer_values(sum(sizes[p.name] for p in plans if not p.binary and p.region is None), state.settings.max_json_values,
                             "outputs", "ask for binary_data_output")
-        answer = await graphs.run_graph(state, model.compiled, buffers, field="inputs", stats=model.stats, departure=client_departure(request))
+        answer = await graphs.run_graph(state, model.compiled, buffers, field="inputs", stats=model.stats, departure=departure(request))
         del buffers
         if answer is None:  # the client left
             return Response(status_code=499)
