@@ -147,7 +147,7 @@ class GraphModels:
         self.settings = settings
         self._triton = triton
         self._models: dict[str, GraphModel] = {}
-        self._loading: set[str] = set()   # names being compiled (they count against the limit)
+        self._lock: asyncio.Lock | None = None  # loads one at a time (made on the event loop)
 
     def __contains__(self, name: str) -> bool:
         return name in self._models
@@ -172,17 +172,16 @@ class GraphModels:
         it in place of any model of that name. Nothing changes when it fails. ``max_tensor_bytes``: the
         device's binding limit, once the device is known (every inference checks it too)."""
         self._check_name(name)
-        if name in self._loading:
-            raise InvalidRequest(f"graph model {name!r} is being loaded by another request: retry once it is done", "name")
         self._check_room(name)
-        self._loading.add(name)
-        try:  # parsed (up to GRAPH_CONFIG_BYTES of JSON) and compiled (glslang) off the event loop
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one at a time, as Triton's loads: the last of two loads of a name wins
+            self._check_room(name)
+            # parsed (up to GRAPH_CONFIG_BYTES of JSON) and compiled (glslang) off the event loop
             graph, inputs, outputs = await asyncio.to_thread(self._parse, text)
             if max_tensor_bytes is not None:
                 graphs.check_limits(graph, max_tensor_bytes, self.settings.pool_bytes)
             compiled = await graphs.compile_graph(self.settings, graph)
-        finally:
-            self._loading.discard(name)
         old = self._models.get(name)
         stats = old.stats if old is not None else self._triton.add_model(name)
         model = self._models[name] = GraphModel(name, compiled, inputs, outputs, stats)
@@ -211,7 +210,7 @@ class GraphModels:
 
     def _check_room(self, name: str) -> None:
         limit = self.settings.max_graph_models
-        taken = len(self._models) + len(self._loading)
+        taken = len(self._models)
         if name not in self._models and taken >= limit:
             raise InvalidRequest(f"{taken} graph models are loaded, the most this service holds (VKACT_MAX_GRAPH_MODELS={limit}): "
                                  "unload one first", "name")

@@ -191,3 +191,32 @@ def test_the_limit_of_loaded_graph_models(clients, http):
     h.unload_model("g1")
     g.load_model("one_more", config=json.dumps(lts()))
     assert {m["name"] for m in http.post("/v2/repository/index").json()} - set(MODELS) == {"g0", "g2", "one_more"}
+
+
+def test_loads_at_once(clients, http, graph_server):
+    """Loads of one name at once all succeed (one at a time, the last wins); loads of more names at
+    once than the limit: as many succeed as it allows, the others are refused with the setting named."""
+    import asyncio
+
+    import tritonclient.grpc.aio as tg_aio
+
+    async def run(names: list[str]) -> list[object]:
+        client = tg_aio.InferenceServerClient(graph_server.grpc)
+        try:
+            async def load(k: int, name: str) -> object:
+                try:
+                    return await client.load_model(name, config=json.dumps(lts(alpha=1.0 + k / 8)))
+                except InferenceServerException as exc:
+                    return exc.message()
+
+            return await asyncio.gather(*(load(k, name) for k, name in enumerate(names)))
+        finally:
+            await client.close()
+
+    assert all(r is None for r in asyncio.run(run(["same"] * 6)))
+    assert {m["name"] for m in http.post("/v2/repository/index").json()} - set(MODELS) == {"same"}
+    results = asyncio.run(run([f"n{k}" for k in range(6)]))
+    assert sum(r is None for r in results) == MAX_MODELS - 1
+    assert all("VKACT_MAX_GRAPH_MODELS" in r for r in results if r is not None)
+    assert len({m["name"] for m in http.post("/v2/repository/index").json()} - set(MODELS)) == MAX_MODELS
+    assert http.get("/v2/health/ready").status_code == 200

@@ -158,17 +158,21 @@ async def load_model(request: Request, model: str) -> Response:
     and dynamic_batching and is refused with 400 if it changes anything else; no config restores an
     operator model's batching."""
     limit = GRAPH_CONFIG_BYTES + CONTROL_BODY_BYTES  # a graph's JSON, escaped in a string
-    body = await read_body(request, limit)
-    try:  # values bounded by the body's length: the config's text is one value, parsed when loaded
-        options: Any = load_header(body, limit) if bytes(body).strip() else {}
-    except VkactError:
-        raise
-    except ValueError:  # CodecError: not JSON, nested too deeply
-        options = None
-    params = options.get("parameters", {}) if isinstance(options, dict) else None
-    if not isinstance(params, dict):
-        raise InvalidRequest('the body must be empty or {"parameters": {"config": "<a graph\'s or a model configuration\'s JSON>"}}', "parameters")
-    await repository.load(runtime(request), model, params)
+    claim = runtime(request).inflight.claim()  # up to a MiB a load, held while it waits: within the budget
+    try:
+        body = await read_body(request, limit, claim)
+        try:  # values bounded by the body's length: the config's text is one value, parsed when loaded
+            options: Any = load_header(body, limit) if bytes(body).strip() else {}
+        except VkactError:
+            raise
+        except ValueError:  # CodecError: not JSON, nested too deeply
+            options = None
+        params = options.get("parameters", {}) if isinstance(options, dict) else None
+        if not isinstance(params, dict):
+            raise InvalidRequest('the body must be empty or {"parameters": {"config": "<a graph\'s or a model configuration\'s JSON>"}}', "parameters")
+        await repository.load(runtime(request), model, params)
+    finally:
+        claim.release()
     return Response()
 
 
