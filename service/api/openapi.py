@@ -151,7 +151,8 @@ _ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v2/systemsharedmemory/region/{name}/register"): (400,),
     ("post", "/v2/cudasharedmemory/region/{name}/register"): (400,),
     ("post", "/v2/repository/index"): (400,),
-    ("post", "/v2/repository/models/{model}/load"): (400, 404),
+    ("post", "/v2/repository/models/{model}/load"): (400, 404, 413, 503),
+    ("post", "/v2/repository/models/{model}/unload"): (400, 404),
     ("get", "/v1/device"): (503,),
 }
 
