@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import subprocess
 from collections.abc import Iterator
 
 import numpy as np
@@ -21,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from service.dataplane.models import MODELS
 from tests.graph_helpers import SIZES, activation, chain, sample
+from tests.service.test_perf_analyzer import MODES, perf_analyzer, reported, shared_memory_names  # noqa: F401 - a fixture
 from tests.service.test_v2 import address, triton_dtype
 from tests.service.test_v2_errors import assert_still_serving
 from tests.service.test_v2_shm import Region, regions  # noqa: F401 - the fixture
@@ -276,4 +278,22 @@ def test_load_and_unload_during_inference(tc, gc, server, http):
         assert r in (answers["first"], answers["second"], "StatusCode.NOT_FOUND"), r
     assert results[-1] == "StatusCode.NOT_FOUND"   # after the unload
     assert sum(r == answers["first"] for r in results) >= 1
+    assert_still_serving(http)
+
+
+@pytest.mark.parametrize("mode", ["grpc", "http-shm", "grpc-streaming-shm"])
+def test_perf_analyzer_measures_a_graph_model(tc, server, http, perf_analyzer, mode):  # noqa: F811 - the fixture
+    """Triton's perf_analyzer against a graph model as against any Triton model: the shapes from its
+    metadata (no --shape), three outputs (in shared memory: sized by their dims), every request counted."""
+    tc.load_model("shared", config=json.dumps(shared()))
+    args = MODES[mode]
+    url = server.grpc if "grpc" in args else server.url.removeprefix("http://")
+    with shared_memory_names(args):
+        done = subprocess.run([*perf_analyzer, "-m", "shared", "-u", url, *args, "--concurrency-range", "2", "--request-count", "12"],
+                              capture_output=True, text=True, timeout=180)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert reported(output, "Client", "Request count") == 12 and reported(output, "Server", "Successful request count") == 12, output
+    (stats,) = tc.get_inference_statistics("shared")["model_stats"]
+    assert stats["inference_stats"]["success"]["count"] == 12 and stats["inference_stats"]["fail"]["count"] == 0
     assert_still_serving(http)
