@@ -160,6 +160,20 @@ def test_a_graph_model_answers_as_its_nodes_one_by_one(tc, gc, http, name):
     assert f'model="{name}"' not in http.get("/metrics").text   # gone with the model: names never pile up
 
 
+def test_a_raw_binary_body(tc, http):
+    """Inference-Header-Content-Length 0: the body is a one-input graph's input, the answer binary."""
+    tc.load_model("lts_f32", config=json.dumps(lts(np.float32)))
+    x = sample(np.float32)
+    answer = http.post("/v2/models/lts_f32/infer", content=x.tobytes(), headers={"Inference-Header-Content-Length": "0"})
+    assert answer.status_code == 200, answer.text
+    head = int(answer.headers["Inference-Header-Content-Length"])
+    assert json.loads(answer.content[:head])["outputs"][0]["parameters"] == {"binary_data_size": x.nbytes}
+    same_bits(np.frombuffer(answer.content[head:], np.float32).reshape(SIZES), one_by_one(tc, lts(np.float32), {"x": x})["y"])
+    tc.load_model("prelu_softmax", config=json.dumps(prelu_softmax()))
+    answer = http.post("/v2/models/prelu_softmax/infer", content=x.tobytes(), headers={"Inference-Header-Content-Length": "0"})
+    assert answer.status_code == 400 and "one input" in answer.json()["error"]
+
+
 def test_json_tensors_and_a_subset_of_the_outputs(tc, gc):
     tc.load_model("shared", config=json.dumps(shared()))
     x = {"x": np.nan_to_num(sample(np.float32), nan=0.5, posinf=7.0, neginf=-7.0)}   # JSON numbers: finite
@@ -237,6 +251,12 @@ def test_bad_inference_requests(tc, gc, http):
                 call()
             assert str(err.value.status()) in ("400", "StatusCode.INVALID_ARGUMENT") and piece in err.value.message(), err.value.message()
     assert http.post("/v2/models/shared/versions/2/infer", json={"inputs": []}).status_code == 404
+    for client, lib, status in ((tc, triton, "400"), (gc, tg, "StatusCode.INVALID_ARGUMENT")):  # its scalars are in the graph
+        request = lib.InferInput("x", list(SIZES), "FP32")
+        request.set_data_from_numpy(x)
+        with pytest.raises(InferenceServerException) as err:
+            client.infer("shared", [request], parameters={"Alpha": 2.0})
+        assert str(err.value.status()) == status and "parameters.Alpha" in err.value.message(), err.value.message()
     (stats,) = tc.get_inference_statistics("shared")["model_stats"]
     assert stats["inference_stats"]["fail"]["count"] >= 2 * len(cases)
     assert_still_serving(http)

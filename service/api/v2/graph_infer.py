@@ -22,7 +22,7 @@ from ...limits import INLINE_BYTES
 from ..execution import count_against, departure, request_body, within_budget
 from ..json_text import check_answer_values, in_json_thread
 from ..runtime import runtime
-from .codec import InferenceRequest, RequestInput, decode_tensors, json_length, json_tensor_input, parse_frame
+from .codec import RESERVED, InferenceRequest, RequestInput, decode_tensors, json_length, json_tensor_input, parse_frame
 from .encoding import choose_encoding, compress
 from .outputs import OutputPlan, OutputTensor, encode_outputs, plan_named_outputs
 from .routes import Regions
@@ -30,7 +30,13 @@ from .routes import Regions
 
 def check_request_inputs(model: GraphModel, req: InferenceRequest) -> None:
     """Every input of the graph given once, by its edge's name, with its datatype and shape (a graph's
-    tensors are fixed: its descriptors); 400 naming the request's field."""
+    tensors are fixed: its descriptors), and no operator parameter (a graph's scalars are in the graph:
+    one sent would be ignored, a wrong answer in the making); 400 naming the request's field."""
+    for key, value in (req.parameters or {}).items():
+        protocol = key in RESERVED or key.startswith("triton_") or key.startswith("vkact_") or (key == "sequence_id" and value in (0, ""))
+        if not protocol:
+            raise InvalidRequest(f"graph model {model.name!r} takes no parameter {key!r}: its nodes' fields are in the graph "
+                                 "(load it again to change them)", f"parameters.{key}")
     specs = {t.name: t for t in model.inputs}
     seen: set[str] = set()
     for i, tensor in enumerate(req.inputs):
