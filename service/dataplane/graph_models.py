@@ -118,7 +118,7 @@ def is_graph_config(text: str) -> bool:
     """Whether a load's config is a graph (DML_GRAPH_DESC has Nodes; Triton's model configuration never does)."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply: not a graph (the caller says why)
         return False
     return isinstance(data, dict) and "Nodes" in data
 

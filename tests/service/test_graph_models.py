@@ -163,6 +163,9 @@ def test_hostile_loads(clients, http, graph_server):
     for name, piece in [("relu", "operator model"), ("stats", "name"), (".hidden", "name"), ("a" * 200, "name"), ("a b", "name")]:
         status, message = refused(lambda: g.load_model(name, config=graph))
         assert status == "StatusCode.INVALID_ARGUMENT" and piece in message, (name, message)
+    for config in ("[" * 200_000, "{" * 50_000):   # an operator model's config nested too deeply: a 400 too
+        assert refused(lambda: g.load_model("relu", config=config))[0] == "StatusCode.INVALID_ARGUMENT"
+        assert refused(lambda: h.load_model("relu", config=config))[0] == "400"
     assert http.get("/v2/models/relu").json()["platform"] == "vkact_directml"   # still the operator
     assert {m["name"] for m in http.post("/v2/repository/index").json()} == set(MODELS)
     assert http.get("/v2/health/ready").status_code == 200
