@@ -1,7 +1,9 @@
 """/v2: the Open Inference Protocol (KServe v2) with Triton's extensions (binary tensor data, system
-shared memory, model repository index, model configuration), so tritonclient, perf_analyzer and KServe
+shared memory, model repository, model configuration), so tritonclient, perf_analyzer and KServe
 clients talk to vkact as to Triton. Each operator is a model (see dataplane.models); an inference is parsed
-(v2.codec, v2.encoding), run through the data plane as /v1 is (dataplane.execution) and answered (v2.outputs)."""
+(v2.codec, v2.encoding), run through the data plane as /v1 is (dataplane.execution) and answered (v2.outputs).
+A graph loaded through the repository (api.repository, dataplane.graph_models) is a model too, inferred
+by v2.graph_infer."""
 from __future__ import annotations
 
 import time
@@ -34,8 +36,9 @@ from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 
-#: What GET /v2 advertises: only what is implemented. model_repository is the index (load is a no-op,
-#: unload is refused: the models are built in); model_configuration is GET .../config.
+#: What GET /v2 advertises: only what is implemented. model_repository is the index, load and unload
+#: (graph models; an operator model is built in: its load sets its batching, its unload is refused);
+#: model_configuration is GET .../config.
 EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration", "statistics"]
 
 
