@@ -160,6 +160,16 @@ def test_a_graph_model_answers_as_its_nodes_one_by_one(tc, gc, http, name):
     assert f'model="{name}"' not in http.get("/metrics").text   # gone with the model: names never pile up
 
 
+def test_the_largest_graph(tc, gc):
+    """VKACT_MAX_GRAPH_NODES' 64 nodes in one chain (a long fused shader): still its nodes' answer."""
+    ops = [activation("LINEAR", np.float32, SIZES, Alpha=1.01, Beta=0.01) if k % 2 else activation("SOFTSIGN", np.float32, SIZES)
+           for k in range(64)]
+    graph = chain(ops)
+    tc.load_model("long", config=json.dumps(graph))
+    x = {"x": sample(np.float32)}
+    same_bits(grpc_infer(gc, "long", x)["y"], one_by_one(tc, graph, x)["y"])
+
+
 def test_a_raw_binary_body(tc, http):
     """Inference-Header-Content-Length 0: the body is a one-input graph's input, the answer binary."""
     tc.load_model("lts_f32", config=json.dumps(lts(np.float32)))
