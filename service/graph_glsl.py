@@ -46,47 +46,129 @@ def formula(glsl_dir: Path, kernel: str) -> str:
     return "\n".join(body).strip() + "\n"
 
 
-def generate_epilogue(reduction: str, dtype: str, layout: str, unroll: int, nodes: tuple[FusedNode, ...], glsl_dir: Path) -> str:
-    """A softmax-family kernel (glsl/<reduction>.comp over common/reduction.glsl) whose every result is
-    passed, rounded to its data type as the node-by-node run stores it, through ``nodes`` (elementwise,
-    reading "x0", the reduction's result, and each other) before it is stored: the operator's
-    ``result`` is renamed and wrapped. The nodes' scalars come from a parameter buffer after the
-    kernel's own bindings, its last word 0 (the opaque zero of ``rounded``)."""
+@dataclass(frozen=True)
+class Prologue:
+    """Elementwise nodes before a softmax-family node, fused into its loads: they read ``reads``
+    tensors (x0: the reduction's own input binding, the others after its parameter buffer), all laid
+    out as the reduction's input, and the last node's value is what the reduction reads."""
+
+    reads: int
+    nodes: tuple[FusedNode, ...]
+
+
+def _formulas(glsl_dir: Path, nodes: tuple[FusedNode, ...]) -> list[str]:
+    out: list[str] = []
+    for k in dict.fromkeys(n.kernel for n in nodes):
+        out += [f"// ---- glsl/{k}.comp", f"#define activate activate_{k}", formula(glsl_dir, k), "#undef activate"]
+    return out
+
+
+def _node_calls(nodes: tuple[FusedNode, ...], first_word: int) -> list[str]:
+    """The nodes applied in order, their scalars from prm[] from ``first_word`` on, each value but the
+    last rounded (OR-ed with ``zero``) as the node-by-node run stores and reloads it."""
+    out = []
+    for n, node in enumerate(nodes):
+        out.append("    " + " ".join(f"param{w} = prm[{first_word + n * PARAM_WORDS + w}];" for w in range(PARAM_WORDS)))
+        out.append(f"    ELEM_T {node.result} = activate_{node.kernel}({', '.join(node.args)});")
+        if n < len(nodes) - 1:
+            out.append(f"    {node.result} = from_bits(to_bits({node.result}) | zero);")
+    return out
+
+
+def _prologue(dtype: str, layout: str, prologue: Prologue, zero_word: int, params_binding: int) -> list[str]:
+    """prologue_word and prologue_unit (reduction.glsl's PROLOGUE hooks): the inputs' words at the
+    place asked for, each element through the nodes, stored as the last node's data type stores it."""
+    reads = range(prologue.reads)
+    packed = layout == "PACKED"
+    out = [
+        f"layout(binding = {params_binding + i}) readonly buffer PrologueIn{i} {{ {'uvec4' if packed else 'uint'} in{i}_{'units' if packed else 'words'}[]; }};"
+        for i in reads if i > 0
+    ]
+    args = ", ".join(f"ELEM_T x{i}" for i in reads)
+    out += [f"ELEM_T prologue_value({args}, uint zero) {{", *_node_calls(prologue.nodes, 0), f"    return {prologue.nodes[-1].result};", "}"]
+    words = ", ".join(f"uint a{i}" for i in reads)
+    out.append(f"uint prologue_apply({words}) {{")
+    out.append(f"    uint zero = prm[{zero_word}];")
+    if dtype == "F32":
+        out.append(f"    return to_bits(prologue_value({', '.join(f'from_bits(a{i})' for i in reads)}, zero)) | zero;")
+    else:   # two 16-bit elements per word, each on its own
+        lo = ", ".join(f"from_bits(a{i} & 0xffffu)" for i in reads)
+        hi = ", ".join(f"from_bits(a{i} >> 16)" for i in reads)
+        out.append(f"    return (to_bits(prologue_value({lo}, zero)) | (to_bits(prologue_value({hi}, zero)) << 16)) | zero;")
+    out.append("}")
+    word = (lambda i: "IN_WORD_RAW(w)" if i == 0 else (f"in{i}_units[w >> 2][w & 3u]" if packed else f"in{i}_words[w]"))
+    out += ["uint prologue_word(uint w) {", f"    return prologue_apply({', '.join(word(i) for i in reads)});", "}"]
+    out.append("uvec4 prologue_unit(uint u) {")
+    if packed:
+        out += [f"    uvec4 a{i} = {'in_units' if i == 0 else f'in{i}_units'}[u];" for i in reads]
+        out.append("    return uvec4(" + ", ".join(f"prologue_apply({', '.join(f'a{i}.{c}' for i in reads)})" for c in "xyzw") + ");")
+    else:   # the strided layout reads words only
+        out.append("    return uvec4(prologue_word(4u * u), prologue_word(4u * u + 1u), prologue_word(4u * u + 2u), prologue_word(4u * u + 3u));")
+    out.append("}")
+    return out
+
+
+def generate_reduction(reduction: str, dtype: str, layout: str, unroll: int, prologue: Prologue | None,
+                       epilogue: tuple[FusedNode, ...], glsl_dir: Path) -> str:
+    """A softmax-family kernel (glsl/<reduction>.comp over common/reduction.glsl) with elementwise nodes
+    fused into it.
+
+    Prologue: every read of its input goes through the prologue's nodes (reduction.glsl's PROLOGUE
+    hooks), the last node's value rounded to its data type's bits as the node-by-node run stores it;
+    the reduction reads its input twice (the sweep that reduces, the one that writes), so the prologue
+    is computed twice per element: the same bits both times.
+
+    Epilogue: every result is passed, rounded to its data type as the node-by-node run stores it,
+    through the nodes (reading "x0", the reduction's result, and each other) before it is stored: the
+    operator's ``result`` is renamed and wrapped.
+
+    The nodes' scalars come from a parameter buffer after the kernel's own bindings (the prologue's
+    nodes, then the epilogue's, then a word 0: the opaque zero of ``rounded``); the prologue's inputs
+    other than the first follow it."""
     params_binding = 2 if layout == "PACKED" else 3
+    nodes = (*(prologue.nodes if prologue else ()), *epilogue)
+    zero_word = len(nodes) * PARAM_WORDS
     source = (glsl_dir / f"{reduction}.comp").read_text().splitlines()
     include = next(i for i, ln in enumerate(source) if ln.startswith('#include "common/reduction.glsl"'))
     body = [ln for ln in source[:include + 1] if not ln.startswith(("#version", "#extension"))]
+    parts = [f"{len(prologue.nodes)} prologue node(s)"] if prologue else []
+    parts += [f"{len(epilogue)} epilogue node(s)"] if epilogue else []
     out = [
         "#version 450",
         "#extension GL_GOOGLE_include_directive : require",
-        f"// generated by service/graph_glsl.py: glsl/{reduction}.comp with {len(nodes)} fused epilogue node(s)",
+        f"// generated by service/graph_glsl.py: glsl/{reduction}.comp with {' and '.join(parts)} fused",
         f"#define DTYPE_{dtype}",
         f"#define LAYOUT_{layout}",
         f"#define UNROLL {unroll}",
+        *(["#define PROLOGUE"] if prologue else []),
         *body,
         '#include "common/numerics.glsl"',
-        "#define result result_reduction",
-        *(ln for ln in source[include + 1:]),
-        "#undef result",
+    ]
+    if epilogue:
+        out.append("#define result result_reduction")
+    out += [*source[include + 1:]]
+    if epilogue:
+        out.append("#undef result")
+    out += [
         f"layout(binding = {params_binding}) readonly buffer Params {{ uint prm[]; }};",
         "uint param0, param1, param2, param3, param4, param5;",
         "#define PARAM(i) uintBitsToFloat(param##i)",
         "#define PARAM_INT(i) int(param##i)",
         "#define PARAM_UINT(i) param##i",
+        *_formulas(glsl_dir, nodes),
     ]
-    for k in dict.fromkeys(n.kernel for n in nodes):
-        out += [f"// ---- glsl/{k}.comp", f"#define activate activate_{k}", formula(glsl_dir, k), "#undef activate"]
-    out += [
-        "float result(float x, uint index, PREP_T p) {",
-        f"    uint zero = prm[{len(nodes) * PARAM_WORDS}];",
-        "    ELEM_T x0 = from_bits(to_bits(result_reduction(x, index, p)) | zero);",
-    ]
-    for n, node in enumerate(nodes):
-        out.append("    " + " ".join(f"param{w} = prm[{n * PARAM_WORDS + w}];" for w in range(PARAM_WORDS)))
-        out.append(f"    ELEM_T {node.result} = activate_{node.kernel}({', '.join(node.args)});")
-        if n < len(nodes) - 1:
-            out.append(f"    {node.result} = from_bits(to_bits({node.result}) | zero);")
-    out += [f"    return {nodes[-1].result};", "}", ""]
+    if prologue:
+        out += _prologue(dtype, layout, prologue, zero_word, params_binding)
+    if epilogue:
+        out += [
+            "float result(float x, uint index, PREP_T p) {",
+            f"    uint zero = prm[{zero_word}];",
+            "    ELEM_T x0 = from_bits(to_bits(result_reduction(x, index, p)) | zero);",
+            *_node_calls(epilogue, len(prologue.nodes) * PARAM_WORDS if prologue else 0),
+            f"    return {epilogue[-1].result};",
+            "}",
+        ]
+    out.append("")
     return "\n".join(out)
 
 
@@ -123,8 +205,7 @@ def generate(kernel: FusedKernel, glsl_dir: Path) -> str:
         "uint zero;",
         "ELEM_T rounded(ELEM_T v) { return from_bits(to_bits(v) | zero); }",
     ]
-    for k in dict.fromkeys(n.kernel for n in kernel.nodes):
-        out += [f"// ---- glsl/{k}.comp", f"#define activate activate_{k}", formula(glsl_dir, k), "#undef activate"]
+    out += _formulas(glsl_dir, kernel.nodes)
 
     slots = [f"n{n}_p{w}" for n in range(len(kernel.nodes)) for w in range(PARAM_WORDS)]
     out.append(f"uint {', '.join(slots)};")
