@@ -7,10 +7,11 @@ globals param0..5 as under glsl/common/elementwise.glsl, and the generated main 
 node's slot of a parameter buffer before each call (after inlining, the driver sees plain values).
 
 Bit-identity with the node-by-node run: that run stores every node's result as its data type's bits
-and the next node loads them. Here every value a node passes on goes through ``rounded``: to its
-data type's bits and back (FLOAT16: f32_to_f16, f16_to_f32), with the bits OR-ed with a push constant
-that is always 0. The OR is opaque to the driver's compiler, so it cannot contract one node's last
-product into the next node's sum (an fma rounds once where the node-by-node run rounds twice).
+and the next node loads them. Here every value a node passes on goes through ``rounded`` (ROUNDED):
+the value that store and load give (FLOAT16: rounded to a half's precision and range), with its bits
+OR-ed with a push constant that is always 0. The OR is opaque to the driver's compiler, so it cannot
+contract one node's last product into the next node's sum (an fma rounds once where the node-by-node
+run rounds twice).
 """
 from __future__ import annotations
 
@@ -19,6 +20,24 @@ from functools import cache
 from pathlib import Path
 
 PARAM_WORDS = 6   # PARAM(0..5) per node, as in elementwise.glsl's push constants
+
+#: ``rounded(v, zero)``: v as the node-by-node run stores it and the next node loads it. FLOAT32: the
+#: bits OR-ed with the opaque zero. FLOAT16: from_bits(to_bits(v)) is f16_to_f32(f32_to_f16(v)), two
+#: branchy bit-exact conversions per node and element; the same value comes from float arithmetic:
+#: adding m = 2^(e + 13) (e: v's exponent, at least -14, below which halves are subnormal with step
+#: 2^-24) leaves |v| rounded to nearest-even at the half's step (2^(e - 10)), subtracting m is exact;
+#: at 65520 and above a half is infinite; a NaN keeps the 10 payload bits a half keeps, made quiet.
+ROUNDED = {
+    "F32": "ELEM_T rounded(ELEM_T v, uint zero) { return from_bits(to_bits(v) | zero); }",
+    "F16": """float rounded(float v, uint zero) {
+    uint x = floatBitsToUint(v) | zero;
+    uint a = x & 0x7fffffffu;
+    float m = uintBitsToFloat(max(a & 0x7f800000u, 0x38800000u) + (13u << 23));
+    precise float r = (uintBitsToFloat(a) + m) - m;
+    uint y = a >= 0x477ff000u ? (a > 0x7f800000u ? (a & 0x7fffe000u) | 0x00400000u : 0x7f800000u) : floatBitsToUint(r);
+    return uintBitsToFloat(y | (x & 0x80000000u));
+}""",
+}
 
 
 @dataclass(frozen=True)
@@ -71,7 +90,7 @@ def _node_calls(nodes: tuple[FusedNode, ...], first_word: int) -> list[str]:
         out.append("    " + " ".join(f"param{w} = prm[{first_word + n * PARAM_WORDS + w}];" for w in range(PARAM_WORDS)))
         out.append(f"    ELEM_T {node.result} = activate_{node.kernel}({', '.join(node.args)});")
         if n < len(nodes) - 1:
-            out.append(f"    {node.result} = from_bits(to_bits({node.result}) | zero);")
+            out.append(f"    {node.result} = rounded({node.result}, zero);")
     return out
 
 
@@ -155,6 +174,7 @@ def generate_reduction(reduction: str, dtype: str, layout: str, unroll: int, pro
         "#define PARAM(i) uintBitsToFloat(param##i)",
         "#define PARAM_INT(i) int(param##i)",
         "#define PARAM_UINT(i) param##i",
+        ROUNDED[dtype],
         *_formulas(glsl_dir, nodes),
     ]
     if prologue:
@@ -163,7 +183,7 @@ def generate_reduction(reduction: str, dtype: str, layout: str, unroll: int, pro
         out += [
             "float result(float x, uint index, PREP_T p) {",
             f"    uint zero = prm[{zero_word}];",
-            "    ELEM_T x0 = from_bits(to_bits(result_reduction(x, index, p)) | zero);",
+            "    ELEM_T x0 = rounded(result_reduction(x, index, p), zero);",
             *_node_calls(epilogue, len(prologue.nodes) * PARAM_WORDS if prologue else 0),
             f"    return {epilogue[-1].result};",
             "}",
@@ -203,7 +223,7 @@ def generate(kernel: FusedKernel, glsl_dir: Path) -> str:
         "// A value as the node-by-node run stores and reloads it; zero (pc.zero, 0 at run time) keeps the",
         "// driver from fusing across. Copied out of the push constants once: lavapipe reloads them at every use.",
         "uint zero;",
-        "ELEM_T rounded(ELEM_T v) { return from_bits(to_bits(v) | zero); }",
+        ROUNDED[kernel.dtype],
     ]
     out += _formulas(glsl_dir, kernel.nodes)
 
@@ -222,7 +242,7 @@ def generate(kernel: FusedKernel, glsl_dir: Path) -> str:
         if node.result in stored:
             j = kernel.writes.index(node.result)
             out.append(f"        o{j} = INSERT(o{j}, to_bits({node.result}), k);")
-        out.append(f"        {node.result} = rounded({node.result});")
+        out.append(f"        {node.result} = rounded({node.result}, zero);")
     out += ["    }", "}"]
 
     out += ["void main() {", "    zero = pc.zero;"]

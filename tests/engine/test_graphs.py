@@ -277,3 +277,20 @@ def test_a_prologue_needed_elsewhere_stays_a_dispatch_and_says_so(engine, compil
     assert plan.fused and plan.dispatches == 2 and isinstance(plan.program.steps[0], FusedStep)
     assert "Nodes[0] must exist in memory" in plan.notes[0]
     assert_bits_equal(fused, oracle)
+
+
+def test_float16_intermediates_round_as_stored_for_every_half(engine, compiler):
+    """Every FLOAT16 bit pattern (NaN payloads, infinities, subnormals, zeros) through LINEAR with
+    Alpha = 1 + 2^-11, whose products of halves lie exactly halfway between two halves (ties to even),
+    overflow past 65504, and cross the subnormal boundary, then two more nodes that read the rounded
+    value: the fused chain (rounding in float arithmetic, graph_glsl.ROUNDED) gives the nodes' bits."""
+    sizes = (256, 256)
+    graph = parse_graph(chain([
+        activation("LINEAR", np.float16, sizes, Alpha=1 + 2.0 ** -11, Beta=0.0),
+        activation("LINEAR", np.float16, sizes, Alpha=-0.5, Beta=2.0 ** -20),   # 65536 halves to 32768, inf stays inf
+        activation("SHRINK", np.float16, sizes, Bias=2.0 ** -24, Threshold=0.0),
+    ]))
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(sizes)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    assert plan.dispatches == 1 and isinstance(plan.program.steps[0], FusedStep)
+    assert_bits_equal(fused, oracle)
