@@ -40,6 +40,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Union
 
 from .config import Settings
@@ -256,33 +257,40 @@ class GraphCompiler:
         lone = tuple(s.node for s in steps if isinstance(s, NodeStep) and ops[s.node].kind == "elementwise" and ops[s.node].output.element_count)
         return GraphProgram(key, tuple(steps), outputs, tuple(notes), lone if fuse else ())
 
+    @staticmethod
+    def _merge_pairs(steps: list[Step], merge: Callable[[Step, Step], Step | None]) -> list[Step]:
+        """``steps`` with each adjacent pair that ``merge`` makes one step replaced by that step."""
+        out: list[Step] = []
+        i = 0
+        while i < len(steps):
+            merged = merge(steps[i], steps[i + 1]) if i + 1 < len(steps) else None
+            out.append(steps[i] if merged is None else merged)
+            i += 1 if merged is None else 2
+        return out
+
     def _epilogues(self, graph: GraphDesc, steps: list[Step], outputs: tuple[int, ...], notes: list[str]) -> list[Step]:
         """A reduction node step followed by a fused step that reads only the reduction's output,
         which nothing else reads, and writes one value: one ReductionStep, the fused nodes applied to
         each result before it is stored (where the reduction's output is packed, as the fused nodes'
         tensors are)."""
         ops = graph.operators
-        out: list[Step] = []
-        i = 0
-        while i < len(steps):
-            step = steps[i]
-            nxt = steps[i + 1] if i + 1 < len(steps) else None
-            if (
+
+        def merge(step: Step, nxt: Step) -> Step | None:
+            if not (
                 isinstance(step, NodeStep) and isinstance(nxt, FusedStep) and ops[step.node].kind == "reduction"
                 and nxt.reads == (("node", step.node),) and len(nxt.writes) == 1 and nxt.writes[0] == ("node", nxt.nodes[-1])
                 and step.node not in outputs
                 and not any(("node", step.node) in s.reads for s in steps if s is not nxt)
                 and ops[step.node].output.strides == packed_strides(ops[step.node].output.Sizes)
             ):
-                try:
-                    out.append(self._reduction_epilogue(graph, step, nxt))
-                    i += 2
-                    continue
-                except (ShaderCompileError, _TooLarge) as exc:
-                    notes.append(f"Nodes{list(nxt.nodes)} run after Nodes[{step.node}], not in its stores: {exc}")
-            out.append(step)
-            i += 1
-        return out
+                return None
+            try:
+                return self._reduction_epilogue(graph, step, nxt)
+            except (ShaderCompileError, _TooLarge) as exc:
+                notes.append(f"Nodes{list(nxt.nodes)} run after Nodes[{step.node}], not in its stores: {exc}")
+                return None
+
+        return self._merge_pairs(steps, merge)
 
     def _prologues(self, graph: GraphDesc, steps: list[Step], reads: dict[int, list[Value]], outputs: tuple[int, ...],
                    notes: list[str]) -> list[Step]:
@@ -290,35 +298,32 @@ class GraphCompiler:
         reads its one written value, its last node's, which nothing else needs: one ReductionStep,
         the fused nodes applied in the reduction's loads."""
         ops = graph.operators
-        out: list[Step] = []
-        i = 0
-        while i < len(steps):
-            step = steps[i]
-            nxt = steps[i + 1] if i + 1 < len(steps) else None
-            if (
+
+        def needed(v: Value, reducer: Step) -> bool:
+            return v[1] in outputs or any(v in s.reads for s in steps if s is not reducer)
+
+        def merge(step: Step, nxt: Step) -> Step | None:
+            if not (
                 isinstance(step, FusedStep) and isinstance(nxt, (NodeStep, ReductionStep))
                 and ops[nxt.node].kind == "reduction" and not (isinstance(nxt, ReductionStep) and nxt.prologue)
                 and nxt.reads == (("node", step.nodes[-1]),)
             ):
-                last = ("node", step.nodes[-1])
-                why = None
-                if step.writes != (last,) or last[1] in outputs or any(last in s.reads for s in steps if s is not nxt):
-                    needed = [f"Nodes[{v[1]}]" for v in step.writes if v != last or v[1] in outputs or any(v in s.reads for s in steps if s is not nxt)]
-                    why = f"{', '.join(needed)} must exist in memory (read by another step or a graph output)"
-                elif ops[nxt.node].data_type != ops[step.nodes[0]].data_type:
-                    why = "its data type differs from the reduction's"
-                if why is None:
-                    try:
-                        bare = nxt if isinstance(nxt, ReductionStep) else ReductionStep(nxt.node, nxt.reads, (), ())
-                        out.append(self._reduction(graph, bare, step, reads))
-                        i += 2
-                        continue
-                    except (ShaderCompileError, _TooLarge) as exc:
-                        why = str(exc)
-                notes.append(f"Nodes{list(step.nodes)} run before Nodes[{nxt.node}], not in its loads: {why}")
-            out.append(step)
-            i += 1
-        return out
+                return None
+            last = ("node", step.nodes[-1])
+            if step.writes != (last,) or needed(last, nxt):
+                why = f"{', '.join(f'Nodes[{v[1]}]' for v in step.writes if v != last or needed(v, nxt))} must exist in memory (read by another step or a graph output)"
+            elif ops[nxt.node].data_type != ops[step.nodes[0]].data_type:
+                why = "its data type differs from the reduction's"
+            else:
+                try:
+                    bare = nxt if isinstance(nxt, ReductionStep) else ReductionStep(nxt.node, nxt.reads, (), ())
+                    return self._reduction(graph, bare, step, reads)
+                except (ShaderCompileError, _TooLarge) as exc:
+                    why = str(exc)
+            notes.append(f"Nodes{list(step.nodes)} run before Nodes[{nxt.node}], not in its loads: {why}")
+            return None
+
+        return self._merge_pairs(steps, merge)
 
     def _reduction_epilogue(self, graph: GraphDesc, step: NodeStep, fused: FusedStep) -> ReductionStep:
         return self._reduction(graph, ReductionStep(step.node, step.reads, (), ()), None, {}, epilogue=fused)
