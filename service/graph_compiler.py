@@ -33,14 +33,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Union
 
 from .config import Settings
@@ -48,6 +45,7 @@ from .descriptors.graph import GraphDesc
 from .errors import ShaderCompileError
 from .descriptors import DataType, packed_strides
 from .graph_glsl import FusedKernel, FusedNode, Prologue, generate, generate_reduction
+from .graph_spirv import generated_cache_dir, generated_spirv
 from .layout import coalesce, row_layout
 from .operators import OperatorDesc
 from .operators.reduction import ReductionDesc
@@ -173,23 +171,6 @@ def unfused_reason(op: OperatorDesc) -> str | None:
 
 def fusable(op: OperatorDesc) -> bool:
     return op.kind == "elementwise" and op.output.element_count > 0 and unfused_reason(op) is None
-
-
-def generated_cache_dir(settings: Settings) -> Path:
-    """Settings.generated_shader_cache, else generated/ under the SPIR-V cache, else (a read-only image)
-    a directory under the system's temp dir."""
-    for candidate in (settings.generated_shader_cache, settings.spirv_cache / "generated"):
-        if candidate is None:
-            continue
-        try:
-            candidate.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(candidate, os.W_OK):
-            return candidate
-    fallback = Path(tempfile.gettempdir()) / f"vkact-generated-{os.getuid()}"
-    fallback.mkdir(mode=0o700, exist_ok=True)
-    return fallback
 
 
 class GraphCompiler:
@@ -393,40 +374,12 @@ class GraphCompiler:
             raise _TooLarge(f"its generated shader is {len(source)} bytes, beyond max_fused_shader_bytes ({limit})")
         return FusedStep(tuple(group), tuple(read_values), tuple(write_values), ops[group[0]].output.element_count, self._spirv(source))
 
-    # -- glslang ----------------------------------------------------------------------------------
-
     def _spirv(self, source: str) -> bytes:
-        """The SPIR-V of a generated shader, from the content-hashed cache or compiled now."""
-        h = hashlib.sha256(source.encode())
-        for include in sorted((self.glsl_dir / "common").glob("*.glsl")):
-            h.update(include.name.encode() + include.read_bytes())
         if self._cache_dir is None:
             self._cache_dir = generated_cache_dir(self.settings)
-        path = self._cache_dir / f"graph-{h.hexdigest()[:24]}.spv"
-        if path.exists():
-            return path.read_bytes()
-        fd, src = tempfile.mkstemp(dir=self._cache_dir, suffix=".comp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        fd, tmp = tempfile.mkstemp(dir=self._cache_dir, suffix=".spv.tmp")
-        os.close(fd)
-        try:
-            cmd = [self.settings.glslang, "-V", "--target-env", "vulkan1.1", f"-I{self.glsl_dir}", src, "-o", tmp]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-            except FileNotFoundError:
-                raise ShaderCompileError(f"no {self.settings.glslang} to compile a fused graph shader") from None
-            if proc.returncode != 0:
-                lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip() and ln.strip() != src]
-                raise ShaderCompileError("glslang refused the fused shader:\n" + "\n".join(lines[:20]))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-            self.compiled += 1
-        finally:
-            for leftover in (src, tmp):
-                if os.path.exists(leftover):
-                    os.unlink(leftover)
-        return path.read_bytes()
+        spirv, compiled = generated_spirv(source, self.glsl_dir, self._cache_dir, self.settings.glslang)
+        self.compiled += compiled
+        return spirv
 
 
 class _TooLarge(Exception):
