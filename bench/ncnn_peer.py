@@ -2,8 +2,8 @@
 
 The Python binding exposes no device buffer (``VkMat``) nor command buffer, only ``Extractor``, which
 uploads the input, runs the layers and downloads the output in one submission. So the kernel time is
-taken as a difference: a net of 1 + ``CHAIN`` copies of the layer against a net of 1, run side by side,
-over ``CHAIN`` (the marginal cost of one dispatch in ncnn's own command stream, barriers included,
+taken as a difference: a net of 1 + ``chain(n)`` copies of the layer against a net of 1, run side by
+side, over ``chain(n)`` (the marginal cost of one dispatch in ncnn's own command stream, barriers included,
 without the transfers or the submission that both nets pay). The layers of the longer net see the
 earlier layers' outputs, not the input; the accuracy column is taken from the single layer.
 fp16 and bf16 storage, packing and arithmetic are turned off: ncnn computes in float32."""
@@ -17,7 +17,12 @@ from service.operators import OperatorDesc
 
 from .vulkan_peers import Bound
 
-CHAIN = 8
+
+
+def chain(n: int) -> int:
+    """Layers beyond the first: enough that they move ~1 GiB (8 at 2^24 FLOAT32 elements, 32 at 2^20),
+    since ncnn's transfers, which both nets pay, cost several kernels' time and vary from run to run."""
+    return max(8, min(32, 2**30 // (8 * n)))
 
 # vkact operator -> (ncnn layer type, its ParamDict text from the descriptor's scalars), where ncnn
 # has a layer of the same formula; None where the descriptor's parameters leave ncnn's formula.
@@ -36,8 +41,6 @@ LAYERS: dict[str, Callable[[OperatorDesc], tuple[str, str] | None]] = {
     "gelu": lambda op: ("GELU", "0=0"),   # 0: erf, not the tanh approximation
     "shrink": lambda op: ("Shrink", f"0={op.Bias!r} 1={op.Threshold!r}"),
 }
-
-NOTE = "fp16/bf16 off"
 
 
 def version() -> str | None:
@@ -59,7 +62,6 @@ def _param(layer: str, params: str, n: int, k: int) -> str:
 
 class NcnnPeer:
     name = "ncnn"
-    note = NOTE
 
     def __init__(self) -> None:
         self._index: int | None = None
@@ -102,7 +104,8 @@ class NcnnPeer:
         if spec is None:
             return None
         mat = ncnn.Mat(x)
-        nets = {k: self._net(*spec, x.size, k) for k in (1, 1 + CHAIN)}
+        extra = chain(x.size)
+        nets = {k: self._net(*spec, x.size, k) for k in (1, 1 + extra)}
 
         def extract(k: int) -> Callable[[], object]:
             def run() -> object:
@@ -115,5 +118,5 @@ class NcnnPeer:
             return run
 
         single = extract(1)
-        return Bound(run=extract(1 + CHAIN), baseline=single, per=CHAIN,
+        return Bound(run=extract(1 + extra), baseline=single, per=extra,
                      output=lambda: np.array(single(), dtype=np.float32).reshape(-1))

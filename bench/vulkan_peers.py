@@ -79,7 +79,6 @@ IREE_BODIES = {
 
 class IreePeer:
     name = "IREE"
-    note = "f32"
 
     def version(self) -> str | None:
         return iree_peer.version()
@@ -110,6 +109,15 @@ def _peers() -> list:
 
 
 NAMES = ("ncnn", "wgpu", "IREE")
+
+
+def settings() -> str:
+    from .ncnn_peer import chain
+    from .wgpu_peer import WORKGROUP
+
+    return ("ncnn: its own layers, fp16 and bf16 storage, packing and arithmetic off, one kernel's time = "
+            f"(a net of 1 + k layers - a net of 1) / k, k = {chain(1 << 20)} at 2^20, {chain(1 << 24)} at 2^24; wgpu: WGSL over vec4<f32>, workgroups of {WORKGROUP}, "
+            "its Vulkan backend; IREE: one linalg.generic compiled for vulkan-spirv")
 INSTALL = "not installed (make bench installs it: pip install -e '.[bench]')"
 
 

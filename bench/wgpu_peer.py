@@ -48,8 +48,6 @@ EXPRESSIONS: dict[str, Callable[[OperatorDesc], str | None]] = {
 }
 # GELU is x * Phi(x): WGSL has no erf, so wgpu has no like-for-like kernel.
 
-NOTE = "f32"
-
 
 def shader(expression: str) -> str:
     return f"""
@@ -79,7 +77,6 @@ def version() -> str | None:
 
 class WgpuPeer:
     name = "wgpu"
-    note = NOTE
 
     def __init__(self) -> None:
         self._device = None
