@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -91,6 +92,7 @@ def measure(engine: Engine, vk: VkBench, names: list[str], log2: int, peers: lis
     results: dict[str, OpResult] = {}
     e2e_tasks: list[tuple[tuple[str, str], Compute]] = [(("memcpy", ""), host_memcpy(4 * n))]
     for label, name, row_len in cases(names):
+        print(f"kernels: 2^{log2} {label}", file=sys.stderr, flush=True)
         op = make_op(name, n, row_len)
         out = engine.execute(op, [x] * len(op.inputs))  # builds the slot and pipeline that the kernel runs reuse
         for peer in PEERS:

@@ -64,7 +64,9 @@ timed runs, with the median in parentheses where shown.
   from a tail or a zero crossing (tanh near 0, GELU below -5, HARD_SIGMOID where it reaches 0).
   "—": the peer has no like-for-like kernel for the operator (ncnn has no SOFTSIGN, SCALED_TANH,
   LINEAR or THRESHOLDED_RELU layer; WGSL has no erf, so no GELU); a peer that is not installed or
-  cannot see the device is named in the section's header with the reason.
+  cannot see the device is named in the section's header with the reason. All three run offline
+  from their PyPI wheels (`make bench` installs the `[bench]` extra): ncnn carries its own glslang,
+  wgpu-native its own WGSL compiler (naga), IREE compiles ahead of time with its own compiler.
 - **target** (llvmpipe): vkact's kernel faster than every Vulkan peer on every operator they share, at
   every size measured (met or NOT met, per operator).
 
