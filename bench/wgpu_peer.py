@@ -30,7 +30,7 @@ ZERO, ONE = "vec4<f32>(0.0)", "vec4<f32>(1.0)"
 EXPRESSIONS: dict[str, Callable[[OperatorDesc], str | None]] = {
     "relu": lambda op: f"max(v, {ZERO})",
     "leaky_relu": lambda op: f"select(v * {_f(op.Alpha)}, v, v >= {ZERO})",
-    "sigmoid": lambda op: f"1.0 / (1.0 + exp(-v))",
+    "sigmoid": lambda op: "1.0 / (1.0 + exp(-v))",
     "tanh": lambda op: "tanh(v)",
     "elu": lambda op: f"select({_f(op.Alpha)} * (exp(v) - 1.0), v, v >= {ZERO})",
     "celu": lambda op: f"max(v, {ZERO}) + min({ZERO}, {_f(op.Alpha)} * (exp(v / {_f(op.Alpha)}) - 1.0))",
