@@ -4,8 +4,8 @@ clients talk to vkact as to Triton. Each operator is a model (see dataplane.mode
 (v2.codec, v2.encoding), run through the data plane as /v1 is (dataplane.execution) and answered (v2.outputs)."""
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -52,10 +52,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http" or not (path == "/v2" or path.startswith("/v2/")):
             await self.app(scope, receive, send)
             return
-        given = dict(scope["headers"]).get(b"x-request-id", b"")
-        valid = 0 < len(given) <= 200 and given.isascii() and given.decode().isprintable()
-        rid = given if valid else uuid.uuid4().hex.encode()
-        scope.setdefault("state", {})["client_request_id"] = given.decode() if valid else None
+        rid = request_id(scope)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -63,6 +60,23 @@ class RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+def request_id(scope: Scope) -> bytes:
+    """The X-Request-ID a /v2 response carries: the caller's when valid (kept in the scope's state as
+    ``client_request_id``), else a new random one (a UUID4's 32 hex digits, without a UUID object)."""
+    given = b""
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            given = value
+    valid = 0 < len(given) <= 200 and given.isascii() and given.decode().isprintable()
+    scope.setdefault("state", {})["client_request_id"] = given.decode() if valid else None
+    if valid:
+        return given
+    fresh = bytearray(os.urandom(16))
+    fresh[6] = fresh[6] & 0x0F | 0x40  # version 4
+    fresh[8] = fresh[8] & 0x3F | 0x80  # RFC 4122 variant
+    return fresh.hex().encode()
 
 
 def _ready(request: Request) -> bool:
