@@ -129,3 +129,25 @@ def test_hot_v2_routes_make_up_a_fresh_uuid4_request_id(app, body):
         assert uuid.UUID(hex=rid).version == 4 and uuid.UUID(hex=rid).hex == rid
         ids.append(rid)
     assert len(set(ids)) == len(ids)
+
+
+def test_a_repeated_v2_header_is_answered_with_the_same_headers_and_compressed_when_asked(app):
+    """The second and later binary frames of one JSON header take the cached path (head and headers built
+    once): the same status, headers and frame as the first; Accept-Encoding still compresses them."""
+    import gzip
+
+    header = json.dumps({"inputs": [{"name": "InputTensor", "shape": [12], "datatype": "FP32", "parameters": {"binary_data_size": 48}}],
+                         "outputs": [{"name": "OutputTensor", "parameters": {"binary_data": True}}]}).encode()
+    answers = []
+    for i in range(3):
+        y = x + i
+        status, headers, body = call(app, False, "POST", "/v2/models/identity/infer", header + y.tobytes(), {HEADER_LENGTH: len(header)})
+        assert status == 200 and body[int(headers[HEADER_LENGTH.lower()]):][:48] == y.tobytes()
+        answers.append((headers, body[: int(headers[HEADER_LENGTH.lower()])]))
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0][0]["vary"] == "Accept-Encoding" and answers[0][0]["content-type"] == "application/octet-stream"
+    status, headers, body = call(app, False, "POST", "/v2/models/identity/infer", header + x.tobytes(),
+                                 {HEADER_LENGTH: len(header), "Accept-Encoding": "gzip"})
+    assert status == 200 and headers["content-encoding"] == "gzip"
+    plain = gzip.decompress(body)
+    assert plain[: int(headers[HEADER_LENGTH.lower()])] == answers[0][1] and plain[len(answers[0][1]):][:48] == x.tobytes()

@@ -21,7 +21,7 @@ from ...errors import InvalidRequest, UnknownOperator, VkactError
 from ...operators import OperatorDesc
 from ...shared_memory import Region, SharedMemoryRegistry
 from ...dataplane import NOT_READY, descriptor_key, is_ready, ready_device
-from ..execution import answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
+from ..execution import FrameResponse, answered, binary_frame, frame_headers, count_against, read_body, request_body, run_on_device, within_budget
 from ..header_cache import HeaderCache
 from ...dataplane.metrics import MODEL_VERSION
 from ..runtime import device_worker, runtime
@@ -210,11 +210,13 @@ class Regions:
 
     def __init__(self, registry: SharedMemoryRegistry) -> None:
         self._registry = registry
-        self._stack = ExitStack()
+        self._stack: ExitStack | None = None  # made with the first region: most requests use none
         self._opened: dict[str, Region] = {}
 
     def __call__(self, name: str) -> Region:
         if name not in self._opened:
+            if self._stack is None:
+                self._stack = ExitStack()
             self._opened[name] = self._stack.enter_context(self._registry.use(name))
         return self._opened[name]
 
@@ -223,7 +225,8 @@ class Regions:
 
     def __exit__(self, *exc: object) -> None:
         self._opened.clear()
-        self._stack.close()
+        if self._stack is not None:
+            self._stack.close()
 
 
 @dataclass
@@ -237,6 +240,7 @@ class _Parsed:
     binary: list[tuple[int, int]]  # (offset, size) of each input after the header, in descriptor order
     plans: list[OutputPlan]
     head: bytes | None = None
+    frame_headers: list[tuple[bytes, bytes]] | None = None  # the response's HTTP headers with ``head``, uncompressed
 
     @staticmethod
     def of(req: InferenceRequest, op: OperatorDesc, plans: list[OutputPlan]) -> _Parsed | None:
@@ -306,8 +310,11 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         if result is None:  # the client left
             return Response(status_code=499)
         try:
-            if parsed is not None and parsed.head is not None and request_id is None:
+            repeated = parsed is not None and parsed.head is not None and request_id is None
+            if repeated:
                 content, header_length = await binary_frame(parsed.head, [np.frombuffer(result.output, np.uint8, output_bytes(op))]), len(parsed.head)
+                if parsed.frame_headers is None:  # every repeated frame of this header has this length
+                    parsed.frame_headers = [(b"vary", b"Accept-Encoding"), *frame_headers(header_length, len(content))]
             else:
                 content, header_length = await encode_response(model, op, req, request_id, plans, result, region)
                 if parsed is not None and request_id is None and header_length is not None and all(p.binary for p in plans):
@@ -315,12 +322,14 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         finally:
             result.release()
 
+    coding = choose_encoding(request.headers.get("accept-encoding"))
+    if repeated and coding is None:  # the headers of this header's frames, built once
+        return answered(FrameResponse(content, parsed.frame_headers), request, op, started, result, bytes_in, op.output.total_bytes)
     headers = {"Vary": "Accept-Encoding"}
     media_type = "application/json"
     if header_length is not None:
         headers[HEADER_LENGTH] = str(header_length)  # the uncompressed JSON's length, as Triton sends it
         media_type = BINARY_CONTENT_TYPE
-    coding = choose_encoding(request.headers.get("accept-encoding"))
     if coding is not None:
         content = await compress(content, coding)
         headers["Content-Encoding"] = coding
