@@ -239,6 +239,7 @@ def run_graphs(args: argparse.Namespace) -> None:
     try:
         engine.load_shaders()
         results = graphs.measure(engine, log2, args.repeat)
+        exact = graphs.exactness(engine, log2, args.repeat)
     finally:
         engine.close()
     d = engine.device
@@ -249,7 +250,7 @@ def run_graphs(args: argparse.Namespace) -> None:
         ("IREE", iree_peer.version() or "not installed (make bench installs it: pip install -e '.[bench]')"),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
     ]
-    _write(args.out, d.name, graphs.section(d.name, header, log2, results), "graphs")
+    _write(args.out, d.name, graphs.section(d.name, header, log2, results, exact), "graphs")
 
 
 PARTS = {"kernels": run_kernels, "service": run_service, "v2": run_v2, "grpc": run_grpc,

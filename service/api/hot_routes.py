@@ -47,7 +47,7 @@ class VkactApp(FastAPI):
             if found is not None:
                 scope["app"] = self
                 # /v2's X-Request-ID (v2.RequestIdMiddleware's work, without wrapping send per request)
-                rid = v2.request_id(scope) if scope["path"].startswith("/v2/") else None
+                rid = v2.request_id_of(scope) if scope["path"].startswith("/v2/") else None
                 await answer(*found, scope, receive, send, rid)
                 return
         await super().__call__(scope, receive, send)
