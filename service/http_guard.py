@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from .api.execution import CYCLE_KEY
 from .api.json_text import dumps
 from .config import Settings
 
@@ -120,6 +121,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self.app = app
         else:
             super().on_headers_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app) -> None:  # type: ignore[override]
+        if not cycle.access_log:  # FrameResponse writes its answer whole on this cycle (api.execution.send_whole)
+            cycle.scope[CYCLE_KEY] = cycle  # type: ignore[literal-required]
+        super()._start_asgi_task(cycle, app)
 
     def on_body(self, body: bytes) -> None:
         self._since = self.loop.time()

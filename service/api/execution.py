@@ -11,6 +11,7 @@ import numpy as np
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
@@ -137,13 +138,58 @@ async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> bytes | me
 
 class FrameResponse(Response):
     """A binary frame whose headers were built before (``frame_headers``), as a repeated request header
-    allows: Starlette's Response builds them again for every answer."""
+    allows: Starlette's Response builds them again for every answer. Served by vkact's uvicorn protocol
+    (service/http_guard.py, which puts its request cycle in the scope), the status line, headers and
+    body go out in one write (send_whole), not as two ASGI messages each written on its own."""
 
     def __init__(self, body: bytes | memoryview, raw_headers: list[tuple[bytes, bytes]]) -> None:
         self.status_code = 200
         self.body = body
         self.raw_headers = list(raw_headers)  # a copy: middleware may add to an answer's headers
         self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        cycle = scope.get(CYCLE_KEY)
+        if cycle is None or send != cycle.send:  # another server, or send wrapped by middleware
+            await super().__call__(scope, receive, send)
+            return
+        await send_whole(cycle, self.raw_headers, self.body)
+        if self.background is not None:
+            await self.background()
+
+
+CYCLE_KEY = "vkact.cycle"  # scope key: uvicorn's request cycle (RequestResponseCycle), set by http_guard
+JOIN_BYTES = 1 << 16  # a body up to this size is copied behind the head into one buffer; a larger one goes by writev
+
+
+async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes | memoryview) -> None:
+    """A 200 response with ``headers`` (valid ones: built by vkact, a request id checked printable) and
+    ``body`` sent on uvicorn 0.54's httptools request cycle as its send() sends the two ASGI messages
+    (flow control, a response already started, keep-alive, the pipelined request after it), in one write."""
+    if cycle.flow.write_paused and not cycle.disconnected:
+        await cycle.flow.drain()
+    if cycle.disconnected:
+        return
+    if cycle.response_started:
+        raise RuntimeError("a response was already started")
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
+    head = [b"HTTP/1.1 200 OK\r\n"]
+    for name, value in (*cycle.default_headers, *headers):
+        head += (name, b": ", value, b"\r\n")
+    if not cycle.keep_alive:
+        head.append(b"connection: close\r\n")
+    head.append(b"\r\n")
+    if len(body) <= JOIN_BYTES:
+        head.append(body)
+        cycle.transport.write(b"".join(head))
+    else:
+        cycle.transport.writelines((b"".join(head), body))
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
 
 
 def frame_headers(head_bytes: int, body_bytes: int) -> list[tuple[bytes, bytes]]:

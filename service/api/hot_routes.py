@@ -46,29 +46,22 @@ class VkactApp(FastAPI):
             found = route(scope["method"], scope["path"])
             if found is not None:
                 scope["app"] = self
-                if scope["path"].startswith("/v2/"):
-                    await v2.RequestIdMiddleware(_Endpoint(*found))(scope, receive, send)
-                else:
-                    await answer(*found, scope, receive, send)
+                # /v2's X-Request-ID (v2.RequestIdMiddleware's work, without wrapping send per request)
+                rid = v2.request_id_of(scope) if scope["path"].startswith("/v2/") else None
+                await answer(*found, scope, receive, send, rid)
                 return
         await super().__call__(scope, receive, send)
 
 
-class _Endpoint:
-    """One handler as an ASGI app, its exceptions answered by the service's error handlers."""
-
-    def __init__(self, handler: Handler, params: dict[str, Any]) -> None:
-        self.handler, self.params = handler, params
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await answer(self.handler, self.params, scope, receive, send)
-
-
-async def answer(handler: Handler, params: dict[str, Any], scope: Scope, receive: Receive, send: Send) -> None:
-    """Call ``handler`` and send its response, or the error handlers' answer to what it raised."""
+async def answer(handler: Handler, params: dict[str, Any], scope: Scope, receive: Receive, send: Send,
+                 request_id: bytes | None = None) -> None:
+    """Call ``handler`` and send its response, or the error handlers' answer to what it raised, with
+    ``request_id`` as its X-Request-ID header when given."""
     request = Request(scope, receive)
     try:
         response = await handler(request, **params)
     except Exception as exc:  # noqa: BLE001 - every error becomes its JSON answer, never a dropped connection
         response = await errors.answer(request, exc)
+    if request_id is not None:
+        response.raw_headers.append((b"x-request-id", request_id))  # each response's own list
     await response(scope, receive, send)

@@ -112,3 +112,59 @@ def test_connections_beyond_the_bound_get_503_and_probes_still_answer():
         assert status == 200 and json.loads(body)["name"] == "vkact"
     finally:
         stop_server(server)
+
+
+def _read_answers(s: socket.socket, count: int) -> list[tuple[str, dict[str, str], bytes]]:
+    """``count`` HTTP/1.1 answers read off one connection, each by its Content-Length."""
+    data, answers = b"", []
+    deadline = time.monotonic() + WAIT_S
+    while len(answers) < count and time.monotonic() < deadline:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if sep:
+            lines = head.decode().split("\r\n")
+            headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+            length = int(headers["content-length"])
+            if len(rest) >= length:
+                answers.append((lines[0], headers, rest[:length]))
+                data = rest[length:]
+                continue
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return answers
+
+
+def test_pipelined_inferences_are_answered_in_order_each_whole_and_close_is_honoured(guarded):
+    """Requests sent back to back on one connection (HTTP/1.1 pipelining), /v2 binary and /v1 binary
+    (both answered by a frame written whole: api.execution.send_whole), each get their own answer in
+    order, with their own request id; ``Connection: close`` on the last closes the connection after it."""
+    import numpy as np
+
+    from tests.service.helpers import request_body
+
+    address = urlparse(guarded.url)
+    xs = [np.linspace(-3, 3, 256, dtype=np.float32) * (i + 1) for i in range(4)]
+    header = json.dumps({"inputs": [{"name": "InputTensor", "shape": [256], "datatype": "FP32", "parameters": {"binary_data_size": 1024}}],
+                         "outputs": [{"name": "OutputTensor", "parameters": {"binary_data": True}}]}).encode()
+    v1_header = json.dumps({"Operator": request_body("RELU", xs[2]), "Inputs": {"InputTensor": {"binary_data_size": 1024}}}).encode()
+    raw = b""
+    for i, x in enumerate(xs):
+        last = i == len(xs) - 1
+        path, head = ("/v1/execute", v1_header) if i == 2 else ("/v2/models/relu/infer", header)
+        body = head + x.tobytes()
+        raw += (f"POST {path} HTTP/1.1\r\nHost: {address.hostname}\r\nContent-Type: application/octet-stream\r\n"
+                f"Inference-Header-Content-Length: {len(head)}\r\nContent-Length: {len(body)}\r\nX-Request-ID: r{i}\r\n"
+                + ("Connection: close\r\n" if last else "") + "\r\n").encode() + body
+    with connect(guarded) as s:
+        s.sendall(raw)
+        answers = _read_answers(s, len(xs))
+        assert s.recv(1) == b""  # closed after the last answer
+    assert len(answers) == len(xs)
+    for i, (status, headers, body) in enumerate(answers):
+        assert status == "HTTP/1.1 200 OK", (status, body[:200])
+        if i != 2:
+            assert headers["x-request-id"] == f"r{i}"
+        out = np.frombuffer(body[int(headers["inference-header-content-length"]):], np.float32)
+        np.testing.assert_array_equal(out, np.maximum(xs[i].astype(np.float64), 0).astype(np.float32))
+    assert answers[-1][1].get("connection") == "close"

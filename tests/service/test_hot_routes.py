@@ -34,7 +34,8 @@ class EchoWorker:
         return Result(memoryview(out), 0.0, 0.0, _Job())
 
 
-def call(app, via_fastapi: bool, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> tuple[int, dict, bytes]:
+def call(app, via_fastapi: bool, method: str, path: str, body: bytes = b"", headers: dict | None = None,
+         keep_request_id: bool = False) -> tuple[int, dict, bytes]:
     raw_headers = [(k.lower().encode(), str(v).encode()) for k, v in (headers or {}).items()]
     raw_headers.append((b"content-length", str(len(body)).encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
@@ -56,7 +57,7 @@ def call(app, via_fastapi: bool, method: str, path: str, body: bytes = b"", head
     asyncio.run(entry(app, scope, receive, send))
     start = sent[0]
     headers_out = {k.decode(): v.decode() for k, v in start["headers"]}
-    if "X-Request-ID" not in (headers or {}) and path.startswith("/v2/"):  # a fresh random one each time
+    if "X-Request-ID" not in (headers or {}) and path.startswith("/v2/") and not keep_request_id:  # a fresh random one each time
         assert len(headers_out.pop("x-request-id")) == 32
     return start["status"], headers_out, b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -112,3 +113,41 @@ def test_hot_routes_take_exactly_the_paths_fastapi_gives_their_handlers(app, met
         assert routed[0] != 400, routed
     else:
         assert call(app, False, method, path, body) == routed and routed[0] in (400, 404)
+
+
+@pytest.mark.parametrize("body", [v2_header + x.tobytes(), b"{not json"], ids=["answer", "error"])
+def test_hot_v2_routes_make_up_a_fresh_uuid4_request_id(app, body):
+    """Without a usable X-Request-ID, each /v2 inference answer (errors too) carries a new UUID4's hex."""
+    import uuid
+
+    ids = []
+    for given in ({}, {"X-Request-ID": ""}, {"X-Request-ID": "x" * 201}):
+        status, headers, _ = call(app, False, "POST", "/v2/models/identity/infer", body, {HEADER_LENGTH: len(v2_header), **given},
+                                  keep_request_id=True)
+        assert status == (200 if body[:1] == b"{" and body[1:2] == b'"' else 400)
+        rid = headers["x-request-id"]
+        assert uuid.UUID(hex=rid).version == 4 and uuid.UUID(hex=rid).hex == rid
+        ids.append(rid)
+    assert len(set(ids)) == len(ids)
+
+
+def test_a_repeated_v2_header_is_answered_with_the_same_headers_and_compressed_when_asked(app):
+    """The second and later binary frames of one JSON header take the cached path (head and headers built
+    once): the same status, headers and frame as the first; Accept-Encoding still compresses them."""
+    import gzip
+
+    header = json.dumps({"inputs": [{"name": "InputTensor", "shape": [12], "datatype": "FP32", "parameters": {"binary_data_size": 48}}],
+                         "outputs": [{"name": "OutputTensor", "parameters": {"binary_data": True}}]}).encode()
+    answers = []
+    for i in range(3):
+        y = x + i
+        status, headers, body = call(app, False, "POST", "/v2/models/identity/infer", header + y.tobytes(), {HEADER_LENGTH: len(header)})
+        assert status == 200 and body[int(headers[HEADER_LENGTH.lower()]):][:48] == y.tobytes()
+        answers.append((headers, body[: int(headers[HEADER_LENGTH.lower()])]))
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0][0]["vary"] == "Accept-Encoding" and answers[0][0]["content-type"] == "application/octet-stream"
+    status, headers, body = call(app, False, "POST", "/v2/models/identity/infer", header + x.tobytes(),
+                                 {HEADER_LENGTH: len(header), "Accept-Encoding": "gzip"})
+    assert status == 200 and headers["content-encoding"] == "gzip"
+    plain = gzip.decompress(body)
+    assert plain[: int(headers[HEADER_LENGTH.lower()])] == answers[0][1] and plain[len(answers[0][1]):][:48] == x.tobytes()

@@ -6,6 +6,7 @@ Every 4xx of an inference is decided here (or in v2.outputs), before any device 
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from math import prod
 from typing import Annotated, Any, Optional
@@ -20,6 +21,7 @@ from ...errors import InvalidRequest
 from ...descriptors.tensor import TensorDesc
 from ...operators import OperatorDesc, descriptor_error, parse_operator, short_name
 from ...shared_memory import Region, RegionInput
+from ..header_cache import HeaderCache
 from ..json_text import load_header
 from ...dataplane.models import NOT_TENSOR_TYPES, V2_TO_DML, datatypes, is_array_param, param_fields
 
@@ -150,6 +152,14 @@ def build_operator(model: type[OperatorDesc], req: InferenceRequest, max_tensor_
             desc[key] = [value]  # a Triton scalar parameter: one axis
         else:
             desc[key] = value
+    # The descriptor dict holds JSON values only (str, int, float, bool, None, lists), whose repr tells
+    # each type apart (1, 1.0, True, "1"): equal reprs, equal descriptors. A JSON tensor request skips
+    # the header cache (its data makes every text unique), but its descriptor repeats as a binary one's.
+    key = _VALIDATED.key(repr(desc).encode(), model, max_tensor_bytes)
+    with _VALIDATED_LOCK:  # JSON threads parse large requests too
+        op = _VALIDATED.get(key)
+    if op is not None:
+        return op
     try:
         op = parse_operator(desc)
     except ValidationError as exc:
@@ -158,7 +168,13 @@ def build_operator(model: type[OperatorDesc], req: InferenceRequest, max_tensor_
             raise InvalidRequest(f"parameters.{err.message}", f"parameters.{err.field}") from None
         raise err from None
     op.check_execution(False, max_tensor_bytes)
+    with _VALIDATED_LOCK:
+        _VALIDATED.put(key, op)  # only a descriptor that passed: an error is always decided afresh
     return op
+
+
+_VALIDATED: HeaderCache[OperatorDesc] = HeaderCache()  # validated descriptors by their dict's repr (build_operator)
+_VALIDATED_LOCK = threading.Lock()
 
 
 # -- the input tensors -------------------------------------------------------------------------------

@@ -175,8 +175,10 @@ async def inflated(inflater: Inflater, first_on_loop: bool) -> memoryview:
 
 def choose_encoding(accept: str | None) -> str | None:
     """gzip, deflate or None (identity) from Accept-Encoding, by q-value; the first listed wins a tie."""
+    if not accept:
+        return None
     best, best_q = None, 0.0
-    for part in (accept or "").split(","):
+    for part in accept.split(","):
         coding, _, params = part.partition(";")
         coding = coding.strip().lower()
         q = 1.0

@@ -6,8 +6,8 @@ A graph loaded through the repository (api.repository, dataplane.graph_models) i
 by v2.graph_infer."""
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +23,7 @@ from ...errors import InvalidRequest, UnknownOperator, VkactError
 from ...operators import OperatorDesc
 from ...shared_memory import Region, SharedMemoryRegistry
 from ...dataplane import descriptor_key, is_ready, ready_device
-from ..execution import answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
+from ..execution import FrameResponse, answered, binary_frame, frame_headers, count_against, read_body, request_body, run_on_device, within_budget
 from ..header_cache import HeaderCache
 from ..runtime import device_worker, runtime
 from ...limits import CONTROL_BODY_BYTES, GRAPH_CONFIG_BYTES, INLINE_BYTES
@@ -54,10 +54,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http" or not (path == "/v2" or path.startswith("/v2/")):
             await self.app(scope, receive, send)
             return
-        given = dict(scope["headers"]).get(b"x-request-id", b"")
-        valid = 0 < len(given) <= 200 and given.isascii() and given.decode().isprintable()
-        rid = given if valid else uuid.uuid4().hex.encode()
-        scope.setdefault("state", {})["client_request_id"] = given.decode() if valid else None
+        rid = request_id_of(scope)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -65,6 +62,23 @@ class RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+def request_id_of(scope: Scope) -> bytes:
+    """The X-Request-ID a /v2 response carries: the caller's when valid (kept in the scope's state as
+    ``client_request_id``), else a new random one (a UUID4's 32 hex digits, without a UUID object)."""
+    given = b""
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            given = value
+    valid = 0 < len(given) <= 200 and given.isascii() and given.decode().isprintable()
+    scope.setdefault("state", {})["client_request_id"] = given.decode() if valid else None
+    if valid:
+        return given
+    fresh = bytearray(os.urandom(16))
+    fresh[6] = fresh[6] & 0x0F | 0x40  # version 4
+    fresh[8] = fresh[8] & 0x3F | 0x80  # RFC 4122 variant
+    return fresh.hex().encode()
 
 
 def _ready(request: Request) -> bool:
@@ -193,11 +207,13 @@ class Regions:
 
     def __init__(self, registry: SharedMemoryRegistry) -> None:
         self._registry = registry
-        self._stack = ExitStack()
+        self._stack: ExitStack | None = None  # made with the first region: most requests use none
         self._opened: dict[str, Region] = {}
 
     def __call__(self, name: str) -> Region:
         if name not in self._opened:
+            if self._stack is None:
+                self._stack = ExitStack()
             self._opened[name] = self._stack.enter_context(self._registry.use(name))
         return self._opened[name]
 
@@ -206,7 +222,8 @@ class Regions:
 
     def __exit__(self, *exc: object) -> None:
         self._opened.clear()
-        self._stack.close()
+        if self._stack is not None:
+            self._stack.close()
 
 
 @dataclass
@@ -220,6 +237,7 @@ class _Parsed:
     binary: list[tuple[int, int]]  # (offset, size) of each input after the header, in descriptor order
     plans: list[OutputPlan]
     head: bytes | None = None
+    frame_headers: list[tuple[bytes, bytes]] | None = None  # the response's HTTP headers with ``head``, uncompressed
 
     @staticmethod
     def of(req: InferenceRequest, op: OperatorDesc, plans: list[OutputPlan]) -> _Parsed | None:
@@ -289,8 +307,11 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         if result is None:  # the client left
             return Response(status_code=499)
         try:
-            if parsed is not None and parsed.head is not None and request_id is None:
+            repeated = parsed is not None and parsed.head is not None and request_id is None
+            if repeated:
                 content, header_length = await binary_frame(parsed.head, [np.frombuffer(result.output, np.uint8, output_bytes(op))]), len(parsed.head)
+                if parsed.frame_headers is None:  # every repeated frame of this header has this length
+                    parsed.frame_headers = [(b"vary", b"Accept-Encoding"), *frame_headers(header_length, len(content))]
             else:
                 content, header_length = await encode_response(model, op, req, request_id, plans, result, region)
                 if parsed is not None and request_id is None and header_length is not None and all(p.binary for p in plans):
@@ -298,12 +319,14 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         finally:
             result.release()
 
+    coding = choose_encoding(request.headers.get("accept-encoding"))
+    if repeated and coding is None:  # the headers of this header's frames, built once
+        return answered(FrameResponse(content, parsed.frame_headers), request, op, started, result, bytes_in, op.output.total_bytes)
     headers = {"Vary": "Accept-Encoding"}
     media_type = "application/json"
     if header_length is not None:
         headers[HEADER_LENGTH] = str(header_length)  # the uncompressed JSON's length, as Triton sends it
         media_type = BINARY_CONTENT_TYPE
-    coding = choose_encoding(request.headers.get("accept-encoding"))
     if coding is not None:
         content = await compress(content, coding)
         headers["Content-Encoding"] = coding
