@@ -45,6 +45,7 @@ from . import wrk
 SAMPLE_HZ = 250          # py-spy (each sample stops the process for a few µs) and perf
 TOP_STAGES = 12
 
+EVENT_LOOP = "event loop: epoll, socket reads, task steps (uvloop, self time)"
 # (stage, pattern over one py-spy frame, "function (file:line)"), per process; the first rule that
 # matches the deepest matching frame wins.
 HTTP_STAGES: list[tuple[str, str]] = [
@@ -66,8 +67,9 @@ HTTP_STAGES: list[tuple[str, str]] = [
     ("routing and middleware (hot routes, request id, proxy headers)", r"hot_routes\.py|RequestIdMiddleware|proxy_headers\.py|uuid\.py|starlette/"),
     ("HTTP parse and ASGI cycle (httptools, uvicorn, http_guard)", r"uvicorn/protocols|http_guard\.py"),
     # the loop's own C (uvloop: epoll, socket reads, callbacks, task steps) below any Python frame
-    ("event loop: epoll, socket reads, task steps (uvloop, self time)", r"Runner\.run \(asyncio"),
+    (EVENT_LOOP, r"Runner\.run \(asyncio"),
 ]
+LEAF_ONLY = {EVENT_LOOP}   # stages of a frame's own time only: every stack has the loop at its root
 WORKER_STAGES: list[tuple[str, str]] = [
     ("dispatch: inputs in, submit, fence, output out (kp, lavapipe)", r"_Plan\.run \(engine\.py"),
     ("engine: plan and cache look-up, checks", r"engine\.py|layout\.py|buckets\.py|operators/|descriptors/"),
@@ -129,9 +131,9 @@ def _threads(pid: int) -> dict[int, tuple[str, float]]:
 
 
 def _stage(frames: list[str], rules: list[tuple[str, re.Pattern[str]]]) -> str:
-    for frame in reversed(frames):
+    for depth, frame in enumerate(reversed(frames)):
         for stage, pattern in rules:
-            if pattern.search(frame):
+            if (depth == 0 or stage not in LEAF_ONLY) and pattern.search(frame):
                 return stage
     return "other"
 

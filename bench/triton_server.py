@@ -31,6 +31,7 @@ from pathlib import Path
 import httpx
 
 from . import service as svc
+from .v2 import _stop_group, _tail
 
 PYTRITON_VERSION = "0.7.0"   # ships tritonserver 2.51 (r24.10)
 REQUIREMENTS = [f"nvidia-pytriton=={PYTRITON_VERSION}"]   # pulls numpy < 2 for the model's stub
@@ -91,11 +92,6 @@ def _site(venv: Path) -> Path:
     if not found:
         raise Unavailable(f"no site-packages in {venv}")
     return found[0]
-
-
-def _tail(text: str, lines: int = 6) -> str:
-    kept = [line for line in text.splitlines() if line.strip() and not line.startswith("WARNING: Location")]
-    return " / ".join(kept[-lines:])[-800:] or "no output"
 
 
 def _libpython_dir() -> str:
@@ -189,8 +185,6 @@ def write_repository(folder: Path) -> None:
 def server(env: TritonEnv) -> Iterator[svc.Server]:
     """``tritonserver`` on a temporary model repository, HTTP and gRPC on free loopback ports (metrics
     off), ready when the model is; stopped (with its stub) on the way out."""
-    from .v2 import _stop_group
-
     folder = Path(tempfile.mkdtemp(prefix="vkact-bench-triton-"))
     proc = None
     try:
