@@ -20,6 +20,7 @@ and Threshold as request parameters. Both get the very same request bytes.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,7 +40,7 @@ MODEL = ts.MODEL
 SMALL, LARGE = svc.SMALL, svc.LARGE
 PARAMETERS = {"Bias": ts.BIAS, "Threshold": ts.THRESHOLD}
 CONNECTIONS = 8
-LOAD_ROUNDS, LOAD_SECONDS = int(os.environ.get("VKACT_BENCH_TRITON_ROUNDS", 3)), float(os.environ.get("VKACT_BENCH_TRITON_SECONDS", 5))       # wrk and h2load: per target and round, the targets alternated
+LOAD_ROUNDS, LOAD_SECONDS = int(os.environ.get("VKACT_BENCH_TRITON_ROUNDS", 6)), float(os.environ.get("VKACT_BENCH_TRITON_SECONDS", 4))       # wrk and h2load: per target and round, the targets alternated
 LARGE_WARMUP, LARGE_REPEAT = 1, 6        # 16 MiB requests per target, alternated
 SERVERS = ("vkact", "triton")
 
@@ -170,6 +171,7 @@ class Load:
     """Summed wrk or h2load runs of one target."""
     requests: int = 0
     seconds: float = 0.0
+    rounds: list[float] = field(default_factory=list)   # requests/s, per round
     p50: list[float] = field(default_factory=list)   # wrk's, per round
     p99: list[float] = field(default_factory=list)
 
@@ -193,9 +195,10 @@ class TritonResult:
     seconds: float
 
     def ratio(self, kind: str) -> float | None:
-        """vkact's requests/s over Triton's for one kind of load."""
+        """vkact's requests/s over Triton's for one kind of load: the median of the rounds' ratios (each
+        round's two runs side by side; on a shared machine the load drifts between rounds)."""
         v, t = self.load.get(f"vkact {kind}"), self.load.get(f"triton {kind}")
-        return None if v is None or t is None else v.per_second / t.per_second
+        return None if v is None or t is None else statistics.median(a / b for a, b in zip(v.rounds, t.rounds))
 
     def p50_ratio(self, kind: str) -> float | None:
         """vkact's sequential p50 over Triton's (below 1: vkact answers sooner)."""
@@ -203,9 +206,9 @@ class TritonResult:
         return None if v is None or t is None else v.median / t.median
 
     def large_ratio(self, kind: str) -> float | None:
-        """vkact's 16 MiB MB/s over Triton's (median seconds per request, inverted)."""
+        """vkact's 16 MiB MB/s over Triton's: the median of the rounds' ratios (adjacent requests)."""
         v, t = self.large.get(f"vkact {kind}"), self.large.get(f"triton {kind}")
-        return None if v is None or t is None else t.median / v.median
+        return None if v is None or t is None else statistics.median(b / a for a, b in zip(v.seconds, t.seconds))
 
     @property
     def v1_echo(self) -> float:
@@ -244,15 +247,17 @@ def _load_rounds(plans: dict[str, Callable[[], Any]], log: Callable[[str], None]
     out: dict[str, Load] = {}
     try:
         for r in range(LOAD_ROUNDS):
-            for key, run in plans.items():
+            order = list(plans.items())
+            for key, run in order[::-1] if r % 2 else order:   # ABBA: neither target always goes first
                 done = run()
                 load = out.setdefault(key, Load())
                 load.requests += done.requests
                 load.seconds += done.seconds
+                load.rounds.append(done.per_second)
                 if isinstance(done, wrk.WrkRun):
                     load.p50.append(done.p50_s)
                     load.p99.append(done.p99_s)
-            log(f"triton:   round {r + 1}: " + ", ".join(f"{k} {v.per_second:.0f}/s" for k, v in out.items()))
+            log(f"triton:   round {r + 1}: " + ", ".join(f"{k} {v.rounds[-1]:.0f}/s" for k, v in out.items()))
     except (wrk.Failed, h2.Unavailable) as exc:
         return {}, str(exc)
     return out, None

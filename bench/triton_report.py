@@ -54,7 +54,8 @@ def header(r: tr.TritonResult, machine: str) -> list[tuple[str, str]]:
                   "as request parameters; the bare echo (bench/echo.py) beside it for `/v1`"),
         ("Triton", triton),
         ("Load", f"{_tool_version('wrk', '-v')}, 1 thread, {tr.CONNECTIONS} connections; {_tool_version('h2load', '--version')}, "
-                 f"{tr.CONNECTIONS} connections of one stream; {tr.LOAD_ROUNDS} alternated rounds of {tr.LOAD_SECONDS:g} s per target"),
+                 f"{tr.CONNECTIONS} connections of one stream; {tr.LOAD_ROUNDS} rounds of {tr.LOAD_SECONDS:g} s per target, "
+                 "the targets alternated (ABBA); req/s: all rounds' requests over their time"),
         ("CPUs", f"{os.cpu_count()}, shared by the load generator, both servers, vkact's device worker and Triton's stub"),
         ("Runtime", f"{r.seconds:.1f} s"),
     ]
@@ -73,7 +74,8 @@ def section(device_name: str, header_rows: list[tuple[str, str]], r: tr.TritonRe
         lines += ["", f"**Triton not available: {r.reason}** (its columns and the targets are missing)."]
 
     lines += ["", f"### 1,024 FLOAT32 elements, {tr.CONNECTIONS} connections: requests/s", ""]
-    head = ["load", "vkact req/s", "Triton req/s", "vkact / Triton", "p50 / p99 ms under load (wrk, median of rounds): vkact", "Triton"]
+    head = ["load", "vkact req/s", "Triton req/s", "vkact / Triton (median of the rounds' ratios)",
+            "p50 / p99 ms under load (wrk, median of rounds): vkact", "Triton"]
     lines += [_row(head), _row(["---"] * len(head))]
     for kind, label in LOAD_LABELS.items():
         if kind in r.load_reason:
@@ -99,7 +101,7 @@ def section(device_name: str, header_rows: list[tuple[str, str]], r: tr.TritonRe
         lines.append(_row([label, _ms(s.median), _ms(s.percentile(99)), cpu, vs]))
 
     lines += ["", f"### 16 MiB: 2^22 FLOAT32 elements in and out, {tr.LARGE_REPEAT} alternated rounds", ""]
-    head = ["path", "vkact MB/s each way", "Triton MB/s each way", "vkact / Triton"]
+    head = ["path", "vkact MB/s each way", "Triton MB/s each way", "vkact / Triton (median of adjacent pairs)"]
     lines += [_row(head), _row(["---"] * len(head))]
     each = r.tensor_bytes / 2
     for kind, label in LARGE_LABELS.items():
