@@ -286,6 +286,27 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+# stages of the crossing between the HTTP process and the device worker, in either process
+CROSSING = ("hand-off", "data plane", "receive", "answer: socket write")
+
+
+def _biggest(proto: Protocol) -> list[str]:
+    """The list of the biggest costs: the stages and the native threads by microseconds per request, and
+    the crossing of the process boundary summed over both processes."""
+    costs = [(us, f"{p.name}: {stage}") for p in proto.processes for stage, us in p.stages.items()]
+    costs += [(p.threads.get("native threads", 0.0), f"{p.name}: native threads (lavapipe's, their wake-ups included)")
+              for p in proto.processes]
+    total = sum(p.cpu_us for p in proto.processes)
+    crossing = sum(us for p in proto.processes for stage, us in p.stages.items() if stage.startswith(CROSSING))
+    interpreter = sum(p.libraries.get("Python interpreter", 0.0) for p in proto.processes)
+    kernel = sum(us for p in proto.processes for lib, us in p.libraries.items() if lib.startswith("kernel"))
+    lines = [f"Biggest costs, of {total:.0f} µs of CPU per request in both processes:", ""]
+    lines += [f"{i}. {what}: {us:.0f} µs" for i, (us, what) in enumerate(sorted(costs, reverse=True)[:6], 1)]
+    lines += [f"- crossing between the processes (the job out, the answer back, both sides' socket work and "
+              f"waits): {crossing:.0f} µs; the Python interpreter (perf): {interpreter:.0f} µs; the kernel: {kernel:.0f} µs", ""]
+    return lines
+
+
 def section(device_name: str, label: str, device: dict, protocols: list[Protocol], loadavg: tuple[float, float],
             seconds: float, machine: str) -> str:
     name = f"{device_name} ({label})"
@@ -299,6 +320,7 @@ def section(device_name: str, label: str, device: dict, protocols: list[Protocol
     for proto in protocols:
         rates = ", ".join(f"{k} {v:,.0f}" for k, v in proto.rate_profiled.items())
         lines += ["", f"### {proto.name}: {proto.rate:,.0f} requests/s unprofiled (profiled: {rates})", ""]
+        lines += _biggest(proto)
         for p in proto.processes:
             threads = ", ".join(f"{k} {v:.0f}" for k, v in sorted(p.threads.items(), key=lambda kv: -kv[1]) if v >= 0.5)
             lines += [f"**{p.name}: {p.cpu_us:.0f} µs of CPU per request** (by thread: {threads}; py-spy sees "
