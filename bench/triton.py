@@ -19,6 +19,7 @@ and Threshold as request parameters. Both get the very same request bytes.
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -172,12 +173,18 @@ class Load:
     requests: int = 0
     seconds: float = 0.0
     rounds: list[float] = field(default_factory=list)   # requests/s, per round
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by role ("server", "worker") over the rounds
     p50: list[float] = field(default_factory=list)   # wrk's, per round
     p99: list[float] = field(default_factory=list)
 
     @property
     def per_second(self) -> float:
         return self.requests / self.seconds
+
+    def cpu_us(self, role: str) -> float | None:
+        """CPU per request of one of the server's processes under this load."""
+        value = self.cpu.get(role)
+        return None if value is None or math.isnan(value) else value / self.requests * 1e6
 
 
 @dataclass
@@ -242,15 +249,20 @@ def _maybe_triton(log: Callable[[str], None]) -> Iterator[tuple[svc.Server | Non
         yield server, env, None
 
 
-def _load_rounds(plans: dict[str, Callable[[], Any]], log: Callable[[str], None]) -> tuple[dict[str, Load], str | None]:
-    """LOAD_ROUNDS rounds, each target once per round in turn; ``plans``: target -> one timed run."""
+def _load_rounds(plans: dict[str, Callable[[], Any]], pids: dict[str, dict[str, int | None]], log: Callable[[str], None]
+                 ) -> tuple[dict[str, Load], str | None]:
+    """LOAD_ROUNDS rounds, each target once per round in turn; ``plans``: target -> one timed run;
+    ``pids``: target -> its processes by role, whose CPU time during the runs is added up."""
     out: dict[str, Load] = {}
     try:
         for r in range(LOAD_ROUNDS):
             order = list(plans.items())
             for key, run in order[::-1] if r % 2 else order:   # ABBA: neither target always goes first
+                before = {role: svc.cpu_seconds(pid) if pid else math.nan for role, pid in pids[key].items()}
                 done = run()
                 load = out.setdefault(key, Load())
+                for role, pid in pids[key].items():
+                    load.cpu[role] = load.cpu.get(role, 0.0) + (svc.cpu_seconds(pid) if pid else math.nan) - before[role]
                 load.requests += done.requests
                 load.seconds += done.seconds
                 load.rounds.append(done.per_second)
@@ -272,6 +284,10 @@ def measure(vkact: svc.Server, echo: svc.Server, triton: svc.Server | None, log:
     small_x, large_x = rng.standard_normal(SMALL, dtype=np.float32), rng.standard_normal(LARGE, dtype=np.float32)
     servers = {"vkact": vkact} | ({"triton": triton} if triton else {})
 
+    pids: dict[str, dict[str, int | None]] = {
+        "vkact": {"server": vkact.process.pid, "worker": svc.device_worker(vkact.process.pid)}}
+    if triton:
+        pids["triton"] = {"server": triton.process.pid, "worker": _stub_pid(triton.process.pid)}
     reasons: dict[str, str] = {}
     plans: dict[str, dict[str, Callable[[], Any]]] = {}
     try:
@@ -303,16 +319,12 @@ def measure(vkact: svc.Server, echo: svc.Server, triton: svc.Server | None, log:
     load: dict[str, Load] = {}
     for kind, plan in plans.items():
         log(f"triton: {kind}, {CONNECTIONS} connections, {LOAD_ROUNDS} rounds of {LOAD_SECONDS:g} s per target")
-        got, why = _load_rounds(plan, log)
+        got, why = _load_rounds(plan, {key: pids[key.split()[0]] for key in plan}, log)
         load |= got
         if why:
             reasons[kind] = why
 
     log(f"triton: sequential latency, {SMALL} elements")
-    pids: dict[str, dict[str, int | None]] = {
-        "vkact": {"server": vkact.process.pid, "worker": svc.device_worker(vkact.process.pid)}}
-    if triton:
-        pids["triton"] = {"server": triton.process.pid, "worker": _stub_pid(triton.process.pid)}
     callers: dict[str, Any] = {}
     v1 = svc.payload(vkact.url, small_x, "binary")
     with svc._http(vkact.url) as vk_http, svc._http(echo.url) as echo_http:

@@ -75,18 +75,23 @@ def section(device_name: str, header_rows: list[tuple[str, str]], r: tr.TritonRe
 
     lines += ["", f"### 1,024 FLOAT32 elements, {tr.CONNECTIONS} connections: requests/s", ""]
     head = ["load", "vkact req/s", "Triton req/s", "vkact / Triton (median of the rounds' ratios)",
-            "p50 / p99 ms under load (wrk, median of rounds): vkact", "Triton"]
+            "p50 / p99 ms under load (wrk, median of rounds): vkact", "Triton",
+            "CPU µs per request under load, server / worker: vkact", "Triton (worker: its stub)"]
     lines += [_row(head), _row(["---"] * len(head))]
     for kind, label in LOAD_LABELS.items():
         if kind in r.load_reason:
-            lines.append(_row([label, f"not measured: {r.load_reason[kind]}", "", "", "", ""]))
+            lines.append(_row([label, f"not measured: {r.load_reason[kind]}", *[""] * (len(head) - 2)]))
             continue
         v, t = r.load.get(f"vkact {kind}"), r.load.get(f"triton {kind}")
 
         def under(load: tr.Load | None) -> str:
             return "—" if load is None or not load.p50 else f"{_ms(statistics.median(load.p50))} / {_ms(statistics.median(load.p99))}"
+
+        def cpu(load: tr.Load | None) -> str:
+            return "—" if load is None else " / ".join(
+                "—" if us is None else f"{us:.0f}" for us in (load.cpu_us("server"), load.cpu_us("worker")))
         lines.append(_row([label, "—" if v is None else f"{v.per_second:,.0f}", "—" if t is None else f"{t.per_second:,.0f}",
-                           _ratio(r.ratio(kind)), under(v), under(t)]))
+                           _ratio(r.ratio(kind)), under(v), under(t), cpu(v), cpu(t)]))
 
     lines += ["", "### 1,024 FLOAT32 elements, one request at a time", ""]
     head = ["client", "p50 ms", "p99 ms", "CPU µs per request: client / server / worker (Triton: its stub)", "p50 vs Triton"]
