@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -224,7 +225,7 @@ class TritonResult:
 
 def _stub_pid(server_pid: int) -> int | None:
     """Triton's Python-backend stub: the child process of tritonserver that runs the model."""
-    for stat in svc.Path("/proc").glob("[0-9]*/stat"):
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == server_pid \
                     and b"triton_python_backend_stub" in (stat.parent / "cmdline").read_bytes():

@@ -75,7 +75,7 @@ class Unavailable(Exception):
 @dataclass
 class TritonEnv:
     venv: Path
-    version: str                 # tritonserver's own
+    version: str                 # tritonserver's own, from its metadata once it runs ("?" before)
     install_seconds: float | None  # None: the cached environment was used
 
     @property
@@ -115,16 +115,6 @@ def _runtime_env(venv: Path) -> dict[str, str]:
             "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
 
 
-def _server_version(venv: Path) -> str:
-    exe = _site(venv) / "pytriton" / "tritonserver" / "bin" / "tritonserver"
-    # tritonserver has no --version: its version is in the server metadata, read once it runs; the
-    # wheel's own file names it too
-    marker = exe.parent.parent / "TRITON_VERSION"
-    if marker.exists():
-        return marker.read_text().strip()
-    return "?"
-
-
 def _install_stub(venv: Path) -> None:
     """The backend stub built for the venv's Python, beside libtriton_python.so."""
     root = _site(venv) / "pytriton" / "tritonserver"
@@ -148,7 +138,7 @@ def environment(log: Callable[[str], None] = print) -> TritonEnv:
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists() and stamp.read_text() == wanted:
-            return TritonEnv(venv, _server_version(venv), None)
+            return TritonEnv(venv, "?", None)
         log(f"triton: creating its environment in {venv} ({', '.join(REQUIREMENTS)}) ...")
         started = time.perf_counter()
         shutil.rmtree(venv, ignore_errors=True)  # a partial or outdated one of ours
@@ -171,7 +161,7 @@ def environment(log: Callable[[str], None] = print) -> TritonEnv:
         stamp.write_text(wanted)
     seconds = time.perf_counter() - started
     log(f"triton: environment ready in {seconds:.0f} s")
-    return TritonEnv(venv, _server_version(venv), seconds)
+    return TritonEnv(venv, "?", seconds)
 
 
 def write_repository(folder: Path) -> None:
