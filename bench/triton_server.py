@@ -31,7 +31,8 @@ from pathlib import Path
 import httpx
 
 from . import service as svc
-from .v2 import _stop_group, _tail
+from .v2 import Unavailable as V2Unavailable
+from .v2 import _stop_group, _tail, make_venv
 
 PYTRITON_VERSION = "0.7.0"   # ships tritonserver 2.51 (r24.10)
 REQUIREMENTS = [f"nvidia-pytriton=={PYTRITON_VERSION}"]   # pulls numpy < 2 for the model's stub
@@ -131,7 +132,7 @@ def environment(log: Callable[[str], None] = print) -> TritonEnv:
     """The cached environment, or a new one (``python -m venv`` with this interpreter, then pip); raises
     Unavailable with the reason when it cannot be made. A lock keeps two benches on this machine from
     building it at once."""
-    venv, python = VENV, VENV / "bin" / "python"
+    venv = VENV
     stamp = venv / ".vkact-bench-stamp"
     wanted = "\n".join([*REQUIREMENTS, sys.version.split()[0]]) + "\n"
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -141,23 +142,12 @@ def environment(log: Callable[[str], None] = print) -> TritonEnv:
             return TritonEnv(venv, "?", None)
         log(f"triton: creating its environment in {venv} ({', '.join(REQUIREMENTS)}) ...")
         started = time.perf_counter()
-        shutil.rmtree(venv, ignore_errors=True)  # a partial or outdated one of ours
         try:
-            made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
-            if made.returncode != 0:
-                raise Unavailable(f"python -m venv failed: {_tail(made.stderr + made.stdout)}")
-            pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q",
-                   "--timeout", "30", "--retries", "2", *REQUIREMENTS]
-            installed = subprocess.run(pip, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-            if installed.returncode != 0:
-                raise Unavailable(f"pip install {' '.join(REQUIREMENTS)} failed: {_tail(installed.stderr + installed.stdout)}")
+            make_venv(venv, REQUIREMENTS, INSTALL_TIMEOUT_S)
             _install_stub(venv)
-        except subprocess.TimeoutExpired as exc:
+        except (V2Unavailable, Unavailable, OSError) as exc:
             shutil.rmtree(venv, ignore_errors=True)
-            raise Unavailable(f"installing it took over {exc.timeout:.0f} s") from None
-        except Unavailable:
-            shutil.rmtree(venv, ignore_errors=True)
-            raise
+            raise Unavailable(str(exc)) from None
         stamp.write_text(wanted)
     seconds = time.perf_counter() - started
     log(f"triton: environment ready in {seconds:.0f} s")
