@@ -46,7 +46,8 @@ serve: shaders
 	$(if $(HOST),VKACT_HOST=$(HOST)) $(if $(PORT),VKACT_PORT=$(PORT)) $(PY) -m service
 
 # DRIVER=swiftshader (or lavapipe): that Vulkan driver's own sections of bench/RESULTS.md
-# The bench extra (IREE, the graphs' peer) is installed here only: the tests do not need it.
+# The bench extra (IREE, ncnn, wgpu: the Vulkan peers of the kernels and graphs) is installed here only:
+# the tests do not need it.
 bench: shaders
 	$(PY) -m pip install -q -e '.[service,test,bench]'
 	$(PY) -m bench $(if $(DRIVER),--driver $(DRIVER))

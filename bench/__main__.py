@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -12,10 +13,11 @@ import numpy as np
 
 from service.engine import Engine
 
+from . import vulkan_peers
 from .kernels import cases, VkBench, make_op, operators
 from .peers import PEERS, Compute, host_memcpy
 from .report import OpResult, SizeResult, merge, section, service_section
-from .timing import blocks, rounds
+from .timing import Samples, blocks, rounds
 
 WARMUP = 2
 
@@ -82,35 +84,44 @@ def _check(name: str, peer: str, vkact: np.ndarray, other: object) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{name}: vkact and {peer} disagree")
 
 
-def measure(engine: Engine, vk: VkBench, names: list[str], log2: int, peers: list[str], repeat: int) -> SizeResult:
+def measure(engine: Engine, vk: VkBench, names: list[str], log2: int, peers: list[str], repeat: int,
+            vulkan: vulkan_peers.Opened) -> SizeResult:
     n = 1 << log2
     x = np.random.default_rng(log2).standard_normal(n, dtype=np.float32) * np.float32(3)
-    ops = {label: make_op(name, n, row_len) for label, name, row_len in cases(names)}
-    names = list(ops)
     bound: dict[tuple[str, str], Compute] = {}
-    for name, op in ops.items():
+    results: dict[str, OpResult] = {}
+    e2e_tasks: list[tuple[tuple[str, str], Compute]] = [(("memcpy", ""), host_memcpy(4 * n))]
+    for label, name, row_len in cases(names):
+        print(f"kernels: 2^{log2} {label}", file=sys.stderr, flush=True)
+        op = make_op(name, n, row_len)
         out = engine.execute(op, [x] * len(op.inputs))  # builds the slot and pipeline that the kernel runs reuse
         for peer in PEERS:
             compute = peer.bind(op, x) if peer.name in peers else None
             if compute is not None:
-                _check(name, peer.name, out, compute())
-                bound[(peer.name, name)] = compute
-
-    # Kernel runs alternate with copy runs (copy, op, copy, op, ...) so that each ratio compares runs
-    # made side by side; end-to-end and peer runs go in blocks (see timing).
-    kernel_tasks: list[tuple[tuple[str, str], Compute]] = []
-    e2e_tasks: list[tuple[tuple[str, str], Compute]] = [(("memcpy", ""), host_memcpy(4 * n))]
-    for name, op in ops.items():
-        kernel_tasks += [(("copy", name), vk.copy(op)), (("kernel", name), vk.kernel(op))]
-        e2e_tasks.append((("vkact", name), vk.end_to_end(op, x)))
-        e2e_tasks += [(key, bound[key]) for key in ((p, name) for p in peers) if key in bound]
-    kernels = rounds(kernel_tasks, WARMUP, repeat)
+                _check(label, peer.name, out, compute())
+                bound[(peer.name, label)] = compute
+        # The Vulkan peers (elementwise operators, one input): bound, checked and timed one operator
+        # at a time, so that a 2^24 tensor is held by one operator's peers at once.
+        ulp, on_device, runs = None, {}, {}
+        if row_len is None and len(op.inputs) == 1:
+            reference = op.reference(x)
+            ulp = vulkan_peers.max_ulp(out.view(np.float32), reference)
+            on_device, runs = vulkan_peers.bind(vulkan, name, op, x, reference)
+        # Kernel runs alternate with copy runs and the Vulkan peers' (copy, op, peers, copy, op, ...)
+        # so that each ratio compares runs made side by side; end-to-end and CPU peer runs go in
+        # blocks (see timing).
+        kernels = rounds([(("copy", ""), vk.copy(op)), (("kernel", ""), vk.kernel(op)), *vulkan_peers.tasks(on_device)], WARMUP, repeat)
+        runs = vulkan_peers.collect(on_device, runs, kernels)
+        del on_device
+        results[label] = OpResult(label, kernels[("kernel", "")], kernels[("copy", "")], Samples(), {},
+                                  (len(op.inputs) + 1) / 2, vulkan=runs, ulp=ulp)
+        e2e_tasks.append((("vkact", label), vk.end_to_end(op, x)))
+        e2e_tasks += [(key, bound[key]) for key in ((p, label) for p in peers) if key in bound]
     e2e = blocks(e2e_tasks, WARMUP, repeat)
-    return SizeResult(log2, 8 * n, e2e[("memcpy", "")], [
-        OpResult(name, kernels[("kernel", name)], kernels[("copy", name)], e2e[("vkact", name)],
-                 {p: e2e[(p, name)] for p in peers if (p, name) in e2e}, (len(ops[name].inputs) + 1) / 2)
-        for name in names
-    ])
+    for label, result in results.items():
+        result.end_to_end = e2e[("vkact", label)]
+        result.peers = {p: e2e[(p, label)] for p in peers if (p, label) in e2e}
+    return SizeResult(log2, 8 * n, e2e[("memcpy", "")], list(results.values()))
 
 
 def _machine() -> str:
@@ -129,22 +140,26 @@ def run_kernels(args: argparse.Namespace) -> None:
     names = operators(args.ops)
     versions = {peer.name: peer.version() for peer in PEERS}
     peers = [name for name, version in versions.items() if version]
+    load = os.getloadavg()[0]
     engine = Engine()
     try:
         engine.load_shaders()
         vk = VkBench(engine)
-        sizes = [measure(engine, vk, names, log2, peers, args.repeat) for log2 in args.sizes]
+        vulkan = vulkan_peers.open_peers(engine.device.name)
+        sizes = [measure(engine, vk, names, log2, peers, args.repeat, vulkan) for log2 in args.sizes]
     finally:
         engine.close()
     d = engine.device
     header = [
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
-        ("Machine", _machine()),
+        ("Machine", f"{_machine()}; 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"),
         ("Device", f"{d.name}; type {d.type}; driver {d.driver_name} {d.driver_info}; Vulkan {d.api_version}; tensors in {engine.memory} memory"),
         ("Kernels", f"local size {engine.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
                     f"best (median) of {args.repeat} runs after {WARMUP} warm-up runs"),
         ("Peers", "; ".join(f"{name} {v}" if v else f"{name} not installed" for name, v in versions.items())
                   + " (numpy runs on one thread; the others use their default thread pools)"),
+        ("Vulkan peers", "; ".join(f"{name}: {status}" for name, status in vulkan.status.items())
+                         + f" (on the device above; {vulkan_peers.settings()})"),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
     ]
     _write(args.out, d.name, section(d.name, header, sizes, peers, targets=d.driver_name == "llvmpipe"), "device")
@@ -239,6 +254,7 @@ def run_graphs(args: argparse.Namespace) -> None:
     try:
         engine.load_shaders()
         results = graphs.measure(engine, log2, args.repeat)
+        exact = graphs.exactness(engine, log2, args.repeat)
     finally:
         engine.close()
     d = engine.device
@@ -249,7 +265,7 @@ def run_graphs(args: argparse.Namespace) -> None:
         ("IREE", iree_peer.version() or "not installed (make bench installs it: pip install -e '.[bench]')"),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
     ]
-    _write(args.out, d.name, graphs.section(d.name, header, log2, results), "graphs")
+    _write(args.out, d.name, graphs.section(d.name, header, log2, results, exact), "graphs")
 
 
 def run_triton(args: argparse.Namespace) -> None:

@@ -38,11 +38,11 @@ def version() -> str | None:
         return None
 
 
-def mlir(kinds: list[str], n: int) -> str:
+def mlir(kinds: list[str], n: int, bodies: dict[str, list[str]] = BODIES) -> str:
     t = f"tensor<{n}xf32>"
     lines = [f"func.func @chain(%v0: {t}) -> {t} {{"]
     for i, kind in enumerate(kinds):
-        body = BODIES[kind]
+        body = bodies[kind]
         lines += [
             f"  %e{i} = tensor.empty() : {t}",
             f"  %v{i + 1} = linalg.generic {{indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], "
@@ -59,12 +59,12 @@ def mlir(kinds: list[str], n: int) -> str:
 class IreeChain:
     """A compiled chain on IREE's Vulkan driver: ``run`` (timed) and ``output`` (the last result on the host)."""
 
-    def __init__(self, kinds: list[str], x: np.ndarray) -> None:
+    def __init__(self, kinds: list[str], x: np.ndarray, bodies: dict[str, list[str]] = BODIES) -> None:
         import iree.compiler as ic
         import iree.runtime as rt
 
         self._rt = rt
-        vmfb = ic.compile_str(mlir(kinds, x.size), target_backends=["vulkan-spirv"])
+        vmfb = ic.compile_str(mlir(kinds, x.size, bodies), target_backends=["vulkan-spirv"])
         self.config = rt.Config("vulkan")
         ctx = rt.SystemContext(config=self.config)
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))

@@ -20,6 +20,7 @@ from . import codec
 from ._operators import BY_TYPE, OPERATORS, OperatorInfo, OperatorMethods
 from .codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, CodecError, Encoding
 from .errors import ProtocolError, error_from_response, transport_error
+from .graphs import CompiledGraph, GraphBuilder
 from .json_values import BFLOAT16
 from .tensors import RAW_BFLOAT16, Layout, Tensor, from_array, output_desc
 
@@ -117,6 +118,21 @@ class _BaseClient:
 
     def _get(self, path: str) -> httpx.Request:
         return self._http.build_request("GET", path)
+
+    def graph(self) -> GraphBuilder:
+        """A graph builder (see client.graphs): its operator methods record nodes; ``compile`` gives a
+        graph to call on arrays by input name, over this client."""
+        return GraphBuilder(self)
+
+    def _build_graph(self, graph: CompiledGraph, arrays: Mapping[str, npt.ArrayLike], encoding: Union[Encoding, str, None]) -> httpx.Request:
+        enc = Encoding(encoding if encoding is not None else self.encoding)
+        return self._http.build_request("POST", self._execute_url(), **graph.request_content(arrays, enc))
+
+    @staticmethod
+    def _read_graph(response: httpx.Response, graph: CompiledGraph) -> dict[str, np.ndarray]:
+        if not response.is_success:
+            raise error_from_response(response)
+        return graph.read_answer(response.content, response.headers.get(HEADER_LENGTH))
 
     # -- responses --------------------------------------------------------------------------------
 
@@ -244,6 +260,9 @@ class Client(_BaseClient, OperatorMethods[np.ndarray]):
         call = self._build_execute(operator, arrays, params, in_place, feature_level, encoding, output_strides, data_type)
         return self._read_execute(self._send(call.request), call)
 
+    def _run_graph(self, graph: CompiledGraph, arrays: Mapping[str, npt.ArrayLike], encoding: Union[Encoding, str, None]) -> dict[str, np.ndarray]:
+        return self._read_graph(self._send(self._build_graph(graph, arrays, encoding)), graph)
+
     def operators(self) -> Any:
         """The service's operator catalog (GET /v1/operators)."""
         return self._read_json(self._send(self._get(OPERATORS_PATH)))
@@ -307,6 +326,9 @@ class AsyncClient(_BaseClient, OperatorMethods[Awaitable[np.ndarray]]):
         """As ``Client.execute``."""
         call = self._build_execute(operator, arrays, params, in_place, feature_level, encoding, output_strides, data_type)
         return self._read_execute(await self._send(call.request), call)
+
+    async def _run_graph(self, graph: CompiledGraph, arrays: Mapping[str, npt.ArrayLike], encoding: Union[Encoding, str, None]) -> dict[str, np.ndarray]:
+        return self._read_graph(await self._send(self._build_graph(graph, arrays, encoding)), graph)
 
     async def operators(self) -> Any:
         return self._read_json(await self._send(self._get(OPERATORS_PATH)))

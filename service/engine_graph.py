@@ -116,11 +116,13 @@ class GraphRun:
         self.dispatches.append((algorithm, step))
 
     def _node(self, step: NodeStep | ReductionStep, op: OperatorDesc) -> None:
-        """A node with its operator's kernel, or (ReductionStep) its generated twin with an epilogue,
-        whose parameter buffer follows the kernel's own bindings."""
+        """A node with its operator's kernel, or (ReductionStep) its generated twin with a prologue and/or
+        an epilogue, whose parameter buffer follows the kernel's own bindings, and the prologue's
+        inputs but the first after that."""
         engine = self.engine
         variant, _push, meta, _clear, groups = engine.dispatch_shape(op)
-        tensors = [self.buffers[v] for v in step.reads] + [self.buffers[step.produced[0]]]
+        tensors = [self.buffers[step.reads[0]], self.buffers[step.produced[0]]] if isinstance(step, ReductionStep) else \
+            [self.buffers[v] for v in step.reads] + [self.buffers[step.produced[0]]]
         if meta is not None:
             table = self._tensor(4 * len(meta), True)
             table.data().view(np.uint32)[: len(meta)] = meta
@@ -128,10 +130,10 @@ class GraphRun:
             tensors.append(table)
         spirv = engine.variant_spirv(variant) if isinstance(step, NodeStep) else dict(step.spirv)[variant.unroll]
         if isinstance(step, ReductionStep):
-            params = self._tensor(4 * (PARAM_WORDS * len(step.epilogue) + 1), True)   # + the zero word
+            params = self._tensor(4 * (PARAM_WORDS * len(step.fused_nodes) + 1), True)   # + the zero word
             self.uploads.append(params)
-            self.params.append((params.data().view(np.uint32), step.epilogue))
-            tensors.append(params)
+            self.params.append((params.data().view(np.uint32), step.fused_nodes))
+            tensors += [params, *(self.buffers[v] for v in step.reads[1:])]
         if groups is None:  # elementwise: cover the largest buffer, as the engine's slots do
             unit = UNIT_BYTES if variant.layout == "PACKED" else op.data_type.info.size
             groups = engine.workgroups(max(self._capacity(d) for d in (*op.inputs, op.output)) // unit)

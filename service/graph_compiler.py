@@ -9,11 +9,17 @@ Steps, in an order that respects the graph's edges:
   contract): a softmax-family node, an elementwise node with strided or broadcast tensors, or the
   nodes of a group whose shader would exceed ``Settings.max_fused_shader_bytes`` (or that glslang
   refuses): those run node by node, and ``GraphPlan.notes`` says why.
-- ``ReductionStep``: a softmax-family node with the fused group after it in its stores (an
-  epilogue): where the group reads only the reduction's (packed) output, which nothing else reads,
+- ``ReductionStep``: a softmax-family node with the fused group before it in its loads (a
+  prologue) and/or the fused group after it in its stores (an epilogue).
+  Prologue: where the group writes one value, its last node's, which only the reduction reads (the
+  reduction's input then never exists in memory): every word the reduction loads (both of its
+  sweeps, every load path of glsl/common/reduction.glsl) is computed from the group's inputs at the
+  same place, rounded to its type as the node-by-node run stores it; recomputed at each read, so
+  exact. A group whose other values are needed elsewhere (a graph output, another node's input)
+  stays a dispatch of its own, and the plan's notes say so.
+  Epilogue: where the group reads only the reduction's (packed) output, which nothing else reads,
   and writes one value. Each result is rounded to its type before the epilogue, as the node-by-node
-  run stores it. Elementwise nodes before a reduction (a prologue) stay a dispatch of their own: the
-  reduction reads its input twice, through a dozen load paths (glsl/common/reduction.glsl).
+  run stores it.
 
 Grouping is greedy in topological order: an elementwise node joins the group emitted last when its
 element count and type agree, else starts a step of its own; a group is thus always after every step
@@ -27,11 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -40,7 +44,8 @@ from .config import Settings
 from .descriptors.graph import GraphDesc
 from .errors import ShaderCompileError
 from .descriptors import DataType, packed_strides
-from .graph_glsl import FusedKernel, FusedNode, generate, generate_epilogue
+from .graph_glsl import FusedKernel, FusedNode, Prologue, generate, generate_reduction
+from .graph_spirv import generated_cache_dir, generated_spirv
 from .layout import coalesce, row_layout
 from .operators import OperatorDesc
 from .operators.reduction import ReductionDesc
@@ -81,13 +86,19 @@ class ReductionStep:
     """A softmax-family node with the elementwise nodes after it fused into its stores (epilogue)."""
 
     node: int
-    reads: tuple[Value, ...]        # the reduction's input
+    reads: tuple[Value, ...]        # the reduction's input, or the prologue's inputs (bindings 0, then after the parameters)
     epilogue: tuple[int, ...]       # graph node indices, in evaluation order; the last one is written
     spirv: tuple[tuple[int, bytes], ...]   # (UNROLL, SPIR-V): the engine picks its device's unroll
+    prologue: tuple[int, ...] = ()  # graph node indices, in evaluation order; the last one is the reduction's input
 
     @property
     def produced(self) -> tuple[Value, ...]:
-        return (("node", self.epilogue[-1]),)
+        return (("node", self.epilogue[-1] if self.epilogue else self.node),)
+
+    @property
+    def fused_nodes(self) -> tuple[int, ...]:
+        """The elementwise nodes whose scalars the parameter buffer holds, in its order."""
+        return (*self.prologue, *self.epilogue)
 
 
 Step = Union[FusedStep, NodeStep, ReductionStep]
@@ -100,7 +111,8 @@ class GraphProgram:
     key: str
     steps: tuple[Step, ...]
     outputs: tuple[int, ...]        # graph output j is node outputs[j]'s value
-    notes: tuple[str, ...]          # why nodes run unfused (empty when every elementwise group fused)
+    notes: tuple[str, ...]          # why nodes run unfused, or a group apart from a reduction it could have joined
+    lone: tuple[int, ...] = ()      # elementwise nodes (with elements) that run with their own kernel
 
     @property
     def dispatches(self) -> int:
@@ -108,8 +120,8 @@ class GraphProgram:
 
     @property
     def fused(self) -> bool:
-        """True when no elementwise node had to run on its own for a reason the plan notes."""
-        return not self.notes
+        """True when no elementwise node had to run on its own (the notes say why one did)."""
+        return not self.lone
 
 
 @dataclass(frozen=True)
@@ -159,23 +171,6 @@ def unfused_reason(op: OperatorDesc) -> str | None:
 
 def fusable(op: OperatorDesc) -> bool:
     return op.kind == "elementwise" and op.output.element_count > 0 and unfused_reason(op) is None
-
-
-def generated_cache_dir(settings: Settings) -> Path:
-    """Settings.generated_shader_cache, else generated/ under the SPIR-V cache, else (a read-only image)
-    a directory under the system's temp dir."""
-    for candidate in (settings.generated_shader_cache, settings.spirv_cache / "generated"):
-        if candidate is None:
-            continue
-        try:
-            candidate.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(candidate, os.W_OK):
-            return candidate
-    fallback = Path(tempfile.gettempdir()) / f"vkact-generated-{os.getuid()}"
-    fallback.mkdir(mode=0o700, exist_ok=True)
-    return fallback
 
 
 class GraphCompiler:
@@ -239,7 +234,20 @@ class GraphCompiler:
                 steps += [NodeStep(n, tuple(reads[n])) for n in group]
         if fuse:
             steps = self._epilogues(graph, steps, outputs, notes)
-        return GraphProgram(key, tuple(steps), outputs, tuple(notes))
+            steps = self._prologues(graph, steps, reads, outputs, notes)
+        lone = tuple(s.node for s in steps if isinstance(s, NodeStep) and ops[s.node].kind == "elementwise" and ops[s.node].output.element_count)
+        return GraphProgram(key, tuple(steps), outputs, tuple(notes), lone if fuse else ())
+
+    @staticmethod
+    def _merge_pairs(steps: list[Step], merge: Callable[[Step, Step], Step | None]) -> list[Step]:
+        """``steps`` with each adjacent pair that ``merge`` makes one step replaced by that step."""
+        out: list[Step] = []
+        i = 0
+        while i < len(steps):
+            merged = merge(steps[i], steps[i + 1]) if i + 1 < len(steps) else None
+            out.append(steps[i] if merged is None else merged)
+            i += 1 if merged is None else 2
+        return out
 
     def _epilogues(self, graph: GraphDesc, steps: list[Step], outputs: tuple[int, ...], notes: list[str]) -> list[Step]:
         """A reduction node step followed by a fused step that reads only the reduction's output,
@@ -247,109 +255,131 @@ class GraphCompiler:
         each result before it is stored (where the reduction's output is packed, as the fused nodes'
         tensors are)."""
         ops = graph.operators
-        out: list[Step] = []
-        i = 0
-        while i < len(steps):
-            step = steps[i]
-            nxt = steps[i + 1] if i + 1 < len(steps) else None
-            if (
+
+        def merge(step: Step, nxt: Step) -> Step | None:
+            if not (
                 isinstance(step, NodeStep) and isinstance(nxt, FusedStep) and ops[step.node].kind == "reduction"
                 and nxt.reads == (("node", step.node),) and len(nxt.writes) == 1 and nxt.writes[0] == ("node", nxt.nodes[-1])
                 and step.node not in outputs
                 and not any(("node", step.node) in s.reads for s in steps if s is not nxt)
                 and ops[step.node].output.strides == packed_strides(ops[step.node].output.Sizes)
             ):
+                return None
+            try:
+                return self._reduction_epilogue(graph, step, nxt)
+            except (ShaderCompileError, _TooLarge) as exc:
+                notes.append(f"Nodes{list(nxt.nodes)} run after Nodes[{step.node}], not in its stores: {exc}")
+                return None
+
+        return self._merge_pairs(steps, merge)
+
+    def _prologues(self, graph: GraphDesc, steps: list[Step], reads: dict[int, list[Value]], outputs: tuple[int, ...],
+                   notes: list[str]) -> list[Step]:
+        """A fused step followed by a reduction (node step, or reduction step with an epilogue) that
+        reads its one written value, its last node's, which nothing else needs: one ReductionStep,
+        the fused nodes applied in the reduction's loads."""
+        ops = graph.operators
+
+        def needed(v: Value, reducer: Step) -> bool:
+            return v[1] in outputs or any(v in s.reads for s in steps if s is not reducer)
+
+        def merge(step: Step, nxt: Step) -> Step | None:
+            if not (
+                isinstance(step, FusedStep) and isinstance(nxt, (NodeStep, ReductionStep))
+                and ops[nxt.node].kind == "reduction" and not (isinstance(nxt, ReductionStep) and nxt.prologue)
+                and nxt.reads == (("node", step.nodes[-1]),)
+            ):
+                return None
+            last = ("node", step.nodes[-1])
+            if step.writes != (last,) or needed(last, nxt):
+                why = f"{', '.join(f'Nodes[{v[1]}]' for v in step.writes if v != last or needed(v, nxt))} must exist in memory (read by another step or a graph output)"
+            elif ops[nxt.node].data_type != ops[step.nodes[0]].data_type:
+                why = "its data type differs from the reduction's"
+            else:
                 try:
-                    out.append(self._reduction_epilogue(graph, step, nxt))
-                    i += 2
-                    continue
+                    bare = nxt if isinstance(nxt, ReductionStep) else ReductionStep(nxt.node, nxt.reads, (), ())
+                    return self._reduction(graph, bare, step, reads)
                 except (ShaderCompileError, _TooLarge) as exc:
-                    notes.append(f"Nodes{list(nxt.nodes)} run after Nodes[{step.node}], not in its stores: {exc}")
-            out.append(step)
-            i += 1
-        return out
+                    why = str(exc)
+            notes.append(f"Nodes{list(step.nodes)} run before Nodes[{nxt.node}], not in its loads: {why}")
+            return None
+
+        return self._merge_pairs(steps, merge)
 
     def _reduction_epilogue(self, graph: GraphDesc, step: NodeStep, fused: FusedStep) -> ReductionStep:
+        return self._reduction(graph, ReductionStep(step.node, step.reads, (), ()), None, {}, epilogue=fused)
+
+    def _reduction(self, graph: GraphDesc, step: ReductionStep, prologue: FusedStep | None, reads: dict[int, list[Value]],
+                   epilogue: FusedStep | None = None) -> ReductionStep:
+        """``step`` (a reduction, perhaps with an epilogue already) with ``prologue`` in its loads or
+        ``epilogue`` in its stores: its shader generated for every unroll."""
         op = graph.operators[step.node]
         assert isinstance(op, ReductionDesc)
-        inside = set(fused.nodes)
         sources = {(e.ToNodeIndex, e.ToNodeInputIndex): e.FromNodeIndex for e in graph.IntermediateEdges}
+        after = epilogue.nodes if epilogue else step.epilogue
+        inside_after = set(after)
 
-        def name(n: int, slot: int) -> str:
+        def after_name(n: int, slot: int) -> str:
             source = sources[(n, slot)]
-            return f"v{source}" if source in inside else "x0"
+            return f"v{source}" if source in inside_after else "x0"
 
-        nodes = tuple(
-            FusedNode(graph.operators[n].kernel(), tuple(name(n, s) for s in range(len(graph.operators[n].input_fields))), f"v{n}")
-            for n in fused.nodes
+        after_nodes = tuple(
+            FusedNode(graph.operators[n].kernel(), tuple(after_name(n, s) for s in range(len(graph.operators[n].input_fields))), f"v{n}")
+            for n in after
         )
+        before = prologue.nodes if prologue else step.prologue
+        step_reads = step.reads
+        glsl_prologue = None
+        if prologue is not None:
+            nodes, read_values = self._named_nodes(graph, list(prologue.nodes), reads)
+            glsl_prologue, step_reads = Prologue(len(read_values), nodes), tuple(read_values)
         layout = row_layout((*op.inputs, op.output), op.reduced_axes()).kind
         dtype = op.data_type.info.shader or ""
         spirv = []
         for unroll in REDUCTION_UNROLLS:
-            source = generate_epilogue(op.kernel(), dtype, layout, unroll, nodes, self.glsl_dir)
+            source = generate_reduction(op.kernel(), dtype, layout, unroll, glsl_prologue, after_nodes, self.glsl_dir)
             limit = self.settings.max_fused_shader_bytes
             if len(source) > limit:
                 raise _TooLarge(f"its generated shader is {len(source)} bytes, beyond max_fused_shader_bytes ({limit})")
             spirv.append((unroll, self._spirv(source)))
-        return ReductionStep(step.node, step.reads, fused.nodes, tuple(spirv))
+        return ReductionStep(step.node, step_reads, tuple(after), tuple(spirv), tuple(before))
 
-    def _fuse(self, graph: GraphDesc, group: list[int], reads: dict[int, list[Value]], outputs: tuple[int, ...]) -> FusedStep:
-        ops = graph.operators
+    @staticmethod
+    def _named_nodes(graph: GraphDesc, group: list[int], reads: dict[int, list[Value]]) -> tuple[tuple[FusedNode, ...], list[Value]]:
+        """A group's nodes as the generator names them ("x<i>": the i-th tensor it reads, "v<n>": node
+        n's value), and the tensors it reads, in order."""
         inside = set(group)
         read_values: list[Value] = []
         for n in group:
             for v in reads[n]:
                 if not (v[0] == "node" and v[1] in inside) and v not in read_values:
                     read_values.append(v)
-        used_outside = {v for m, vs in reads.items() if m not in inside for v in vs} | {("node", n) for n in outputs}
-        write_values = [("node", n) for n in group if ("node", n) in used_outside]
 
         def name(v: Value) -> str:
             return f"v{v[1]}" if v[0] == "node" and v[1] in inside else f"x{read_values.index(v)}"
 
-        nodes = tuple(FusedNode(ops[n].kernel(), tuple(name(v) for v in reads[n]), f"v{n}") for n in group)
-        kernel = FusedKernel(ops[group[0]].data_type.info.shader or "", len(read_values), nodes, tuple(name(v) for v in write_values))
+        nodes = tuple(FusedNode(graph.operators[n].kernel(), tuple(name(v) for v in reads[n]), f"v{n}") for n in group)
+        return nodes, read_values
+
+    def _fuse(self, graph: GraphDesc, group: list[int], reads: dict[int, list[Value]], outputs: tuple[int, ...]) -> FusedStep:
+        ops = graph.operators
+        inside = set(group)
+        nodes, read_values = self._named_nodes(graph, group, reads)
+        used_outside = {v for m, vs in reads.items() if m not in inside for v in vs} | {("node", n) for n in outputs}
+        write_values = [("node", n) for n in group if ("node", n) in used_outside]
+        kernel = FusedKernel(ops[group[0]].data_type.info.shader or "", len(read_values), nodes, tuple(f"v{v[1]}" for v in write_values))
         source = generate(kernel, self.glsl_dir)
         limit = self.settings.max_fused_shader_bytes
         if len(source) > limit:
             raise _TooLarge(f"its generated shader is {len(source)} bytes, beyond max_fused_shader_bytes ({limit})")
         return FusedStep(tuple(group), tuple(read_values), tuple(write_values), ops[group[0]].output.element_count, self._spirv(source))
 
-    # -- glslang ----------------------------------------------------------------------------------
-
     def _spirv(self, source: str) -> bytes:
-        """The SPIR-V of a generated shader, from the content-hashed cache or compiled now."""
-        h = hashlib.sha256(source.encode())
-        for include in sorted((self.glsl_dir / "common").glob("*.glsl")):
-            h.update(include.name.encode() + include.read_bytes())
         if self._cache_dir is None:
             self._cache_dir = generated_cache_dir(self.settings)
-        path = self._cache_dir / f"graph-{h.hexdigest()[:24]}.spv"
-        if path.exists():
-            return path.read_bytes()
-        fd, src = tempfile.mkstemp(dir=self._cache_dir, suffix=".comp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        fd, tmp = tempfile.mkstemp(dir=self._cache_dir, suffix=".spv.tmp")
-        os.close(fd)
-        try:
-            cmd = [self.settings.glslang, "-V", "--target-env", "vulkan1.1", f"-I{self.glsl_dir}", src, "-o", tmp]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-            except FileNotFoundError:
-                raise ShaderCompileError(f"no {self.settings.glslang} to compile a fused graph shader") from None
-            if proc.returncode != 0:
-                lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip() and ln.strip() != src]
-                raise ShaderCompileError("glslang refused the fused shader:\n" + "\n".join(lines[:20]))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-            self.compiled += 1
-        finally:
-            for leftover in (src, tmp):
-                if os.path.exists(leftover):
-                    os.unlink(leftover)
-        return path.read_bytes()
+        spirv, compiled = generated_spirv(source, self.glsl_dir, self._cache_dir, self.settings.glslang)
+        self.compiled += compiled
+        return spirv
 
 
 class _TooLarge(Exception):

@@ -7,10 +7,11 @@ globals param0..5 as under glsl/common/elementwise.glsl, and the generated main 
 node's slot of a parameter buffer before each call (after inlining, the driver sees plain values).
 
 Bit-identity with the node-by-node run: that run stores every node's result as its data type's bits
-and the next node loads them. Here every value a node passes on goes through ``rounded``: to its
-data type's bits and back (FLOAT16: f32_to_f16, f16_to_f32), with the bits OR-ed with a push constant
-that is always 0. The OR is opaque to the driver's compiler, so it cannot contract one node's last
-product into the next node's sum (an fma rounds once where the node-by-node run rounds twice).
+and the next node loads them. Here every value a node passes on goes through ``rounded`` (ROUNDED):
+the value that store and load give (FLOAT16: rounded to a half's precision and range), with its bits
+OR-ed with a push constant that is always 0. The OR is opaque to the driver's compiler, so it cannot
+contract one node's last product into the next node's sum (an fma rounds once where the node-by-node
+run rounds twice).
 """
 from __future__ import annotations
 
@@ -19,6 +20,24 @@ from functools import cache
 from pathlib import Path
 
 PARAM_WORDS = 6   # PARAM(0..5) per node, as in elementwise.glsl's push constants
+
+#: ``rounded(v, zero)``: v as the node-by-node run stores it and the next node loads it. FLOAT32: the
+#: bits OR-ed with the opaque zero. FLOAT16: from_bits(to_bits(v)) is f16_to_f32(f32_to_f16(v)), two
+#: branchy bit-exact conversions per node and element; the same value comes from float arithmetic:
+#: adding m = 2^(e + 13) (e: v's exponent, at least -14, below which halves are subnormal with step
+#: 2^-24) leaves |v| rounded to nearest-even at the half's step (2^(e - 10)), subtracting m is exact;
+#: at 65520 and above a half is infinite; a NaN keeps the 10 payload bits a half keeps, made quiet.
+ROUNDED = {
+    "F32": "ELEM_T rounded(ELEM_T v, uint zero) { return from_bits(to_bits(v) | zero); }",
+    "F16": """float rounded(float v, uint zero) {
+    uint x = floatBitsToUint(v) | zero;
+    uint a = x & 0x7fffffffu;
+    float m = uintBitsToFloat(max(a & 0x7f800000u, 0x38800000u) + (13u << 23));
+    precise float r = (uintBitsToFloat(a) + m) - m;
+    uint y = a >= 0x477ff000u ? (a > 0x7f800000u ? (a & 0x7fffe000u) | 0x00400000u : 0x7f800000u) : floatBitsToUint(r);
+    return uintBitsToFloat(y | (x & 0x80000000u));
+}""",
+}
 
 
 @dataclass(frozen=True)
@@ -46,47 +65,130 @@ def formula(glsl_dir: Path, kernel: str) -> str:
     return "\n".join(body).strip() + "\n"
 
 
-def generate_epilogue(reduction: str, dtype: str, layout: str, unroll: int, nodes: tuple[FusedNode, ...], glsl_dir: Path) -> str:
-    """A softmax-family kernel (glsl/<reduction>.comp over common/reduction.glsl) whose every result is
-    passed, rounded to its data type as the node-by-node run stores it, through ``nodes`` (elementwise,
-    reading "x0", the reduction's result, and each other) before it is stored: the operator's
-    ``result`` is renamed and wrapped. The nodes' scalars come from a parameter buffer after the
-    kernel's own bindings, its last word 0 (the opaque zero of ``rounded``)."""
+@dataclass(frozen=True)
+class Prologue:
+    """Elementwise nodes before a softmax-family node, fused into its loads: they read ``reads``
+    tensors (x0: the reduction's own input binding, the others after its parameter buffer), all laid
+    out as the reduction's input, and the last node's value is what the reduction reads."""
+
+    reads: int
+    nodes: tuple[FusedNode, ...]
+
+
+def _formulas(glsl_dir: Path, nodes: tuple[FusedNode, ...]) -> list[str]:
+    out: list[str] = []
+    for k in dict.fromkeys(n.kernel for n in nodes):
+        out += [f"// ---- glsl/{k}.comp", f"#define activate activate_{k}", formula(glsl_dir, k), "#undef activate"]
+    return out
+
+
+def _node_calls(nodes: tuple[FusedNode, ...], first_word: int) -> list[str]:
+    """The nodes applied in order, their scalars from prm[] from ``first_word`` on, each value but the
+    last rounded (OR-ed with ``zero``) as the node-by-node run stores and reloads it."""
+    out = []
+    for n, node in enumerate(nodes):
+        out.append("    " + " ".join(f"param{w} = prm[{first_word + n * PARAM_WORDS + w}];" for w in range(PARAM_WORDS)))
+        out.append(f"    ELEM_T {node.result} = activate_{node.kernel}({', '.join(node.args)});")
+        if n < len(nodes) - 1:
+            out.append(f"    {node.result} = rounded({node.result}, zero);")
+    return out
+
+
+def _prologue(dtype: str, layout: str, prologue: Prologue, zero_word: int, params_binding: int) -> list[str]:
+    """prologue_word and prologue_unit (reduction.glsl's PROLOGUE hooks): the inputs' words at the
+    place asked for, each element through the nodes, stored as the last node's data type stores it."""
+    reads = range(prologue.reads)
+    packed = layout == "PACKED"
+    out = [
+        f"layout(binding = {params_binding + i}) readonly buffer PrologueIn{i} {{ {'uvec4' if packed else 'uint'} in{i}_{'units' if packed else 'words'}[]; }};"
+        for i in reads if i > 0
+    ]
+    args = ", ".join(f"ELEM_T x{i}" for i in reads)
+    out += [f"ELEM_T prologue_value({args}, uint zero) {{", *_node_calls(prologue.nodes, 0), f"    return {prologue.nodes[-1].result};", "}"]
+    words = ", ".join(f"uint a{i}" for i in reads)
+    out.append(f"uint prologue_apply({words}) {{")
+    out.append(f"    uint zero = prm[{zero_word}];")
+    if dtype == "F32":
+        out.append(f"    return to_bits(prologue_value({', '.join(f'from_bits(a{i})' for i in reads)}, zero)) | zero;")
+    else:   # two 16-bit elements per word, each on its own
+        lo = ", ".join(f"from_bits(a{i} & 0xffffu)" for i in reads)
+        hi = ", ".join(f"from_bits(a{i} >> 16)" for i in reads)
+        out.append(f"    return (to_bits(prologue_value({lo}, zero)) | (to_bits(prologue_value({hi}, zero)) << 16)) | zero;")
+    out.append("}")
+    word = (lambda i: "IN_WORD_RAW(w)" if i == 0 else (f"in{i}_units[w >> 2][w & 3u]" if packed else f"in{i}_words[w]"))
+    out += ["uint prologue_word(uint w) {", f"    return prologue_apply({', '.join(word(i) for i in reads)});", "}"]
+    out.append("uvec4 prologue_unit(uint u) {")
+    if packed:
+        out += [f"    uvec4 a{i} = {'in_units' if i == 0 else f'in{i}_units'}[u];" for i in reads]
+        out.append("    return uvec4(" + ", ".join(f"prologue_apply({', '.join(f'a{i}.{c}' for i in reads)})" for c in "xyzw") + ");")
+    else:   # the strided layout reads words only
+        out.append("    return uvec4(prologue_word(4u * u), prologue_word(4u * u + 1u), prologue_word(4u * u + 2u), prologue_word(4u * u + 3u));")
+    out.append("}")
+    return out
+
+
+def generate_reduction(reduction: str, dtype: str, layout: str, unroll: int, prologue: Prologue | None,
+                       epilogue: tuple[FusedNode, ...], glsl_dir: Path) -> str:
+    """A softmax-family kernel (glsl/<reduction>.comp over common/reduction.glsl) with elementwise nodes
+    fused into it.
+
+    Prologue: every read of its input goes through the prologue's nodes (reduction.glsl's PROLOGUE
+    hooks), the last node's value rounded to its data type's bits as the node-by-node run stores it;
+    the reduction reads its input twice (the sweep that reduces, the one that writes), so the prologue
+    is computed twice per element: the same bits both times.
+
+    Epilogue: every result is passed, rounded to its data type as the node-by-node run stores it,
+    through the nodes (reading "x0", the reduction's result, and each other) before it is stored: the
+    operator's ``result`` is renamed and wrapped.
+
+    The nodes' scalars come from a parameter buffer after the kernel's own bindings (the prologue's
+    nodes, then the epilogue's, then a word 0: the opaque zero of ``rounded``); the prologue's inputs
+    other than the first follow it."""
     params_binding = 2 if layout == "PACKED" else 3
+    nodes = (*(prologue.nodes if prologue else ()), *epilogue)
+    zero_word = len(nodes) * PARAM_WORDS
     source = (glsl_dir / f"{reduction}.comp").read_text().splitlines()
     include = next(i for i, ln in enumerate(source) if ln.startswith('#include "common/reduction.glsl"'))
     body = [ln for ln in source[:include + 1] if not ln.startswith(("#version", "#extension"))]
+    parts = [f"{len(prologue.nodes)} prologue node(s)"] if prologue else []
+    parts += [f"{len(epilogue)} epilogue node(s)"] if epilogue else []
     out = [
         "#version 450",
         "#extension GL_GOOGLE_include_directive : require",
-        f"// generated by service/graph_glsl.py: glsl/{reduction}.comp with {len(nodes)} fused epilogue node(s)",
+        f"// generated by service/graph_glsl.py: glsl/{reduction}.comp with {' and '.join(parts)} fused",
         f"#define DTYPE_{dtype}",
         f"#define LAYOUT_{layout}",
         f"#define UNROLL {unroll}",
+        *(["#define PROLOGUE"] if prologue else []),
         *body,
         '#include "common/numerics.glsl"',
-        "#define result result_reduction",
-        *(ln for ln in source[include + 1:]),
-        "#undef result",
+    ]
+    if epilogue:
+        out.append("#define result result_reduction")
+    out += [*source[include + 1:]]
+    if epilogue:
+        out.append("#undef result")
+    out += [
         f"layout(binding = {params_binding}) readonly buffer Params {{ uint prm[]; }};",
         "uint param0, param1, param2, param3, param4, param5;",
         "#define PARAM(i) uintBitsToFloat(param##i)",
         "#define PARAM_INT(i) int(param##i)",
         "#define PARAM_UINT(i) param##i",
+        ROUNDED[dtype],
+        *_formulas(glsl_dir, nodes),
     ]
-    for k in dict.fromkeys(n.kernel for n in nodes):
-        out += [f"// ---- glsl/{k}.comp", f"#define activate activate_{k}", formula(glsl_dir, k), "#undef activate"]
-    out += [
-        "float result(float x, uint index, PREP_T p) {",
-        f"    uint zero = prm[{len(nodes) * PARAM_WORDS}];",
-        "    ELEM_T x0 = from_bits(to_bits(result_reduction(x, index, p)) | zero);",
-    ]
-    for n, node in enumerate(nodes):
-        out.append("    " + " ".join(f"param{w} = prm[{n * PARAM_WORDS + w}];" for w in range(PARAM_WORDS)))
-        out.append(f"    ELEM_T {node.result} = activate_{node.kernel}({', '.join(node.args)});")
-        if n < len(nodes) - 1:
-            out.append(f"    {node.result} = from_bits(to_bits({node.result}) | zero);")
-    out += [f"    return {nodes[-1].result};", "}", ""]
+    if prologue:
+        out += _prologue(dtype, layout, prologue, zero_word, params_binding)
+    if epilogue:
+        out += [
+            "float result(float x, uint index, PREP_T p) {",
+            f"    uint zero = prm[{zero_word}];",
+            "    ELEM_T x0 = rounded(result_reduction(x, index, p), zero);",
+            *_node_calls(epilogue, len(prologue.nodes) * PARAM_WORDS if prologue else 0),
+            f"    return {epilogue[-1].result};",
+            "}",
+        ]
+    out.append("")
     return "\n".join(out)
 
 
@@ -121,10 +223,9 @@ def generate(kernel: FusedKernel, glsl_dir: Path) -> str:
         "// A value as the node-by-node run stores and reloads it; zero (pc.zero, 0 at run time) keeps the",
         "// driver from fusing across. Copied out of the push constants once: lavapipe reloads them at every use.",
         "uint zero;",
-        "ELEM_T rounded(ELEM_T v) { return from_bits(to_bits(v) | zero); }",
+        ROUNDED[kernel.dtype],
     ]
-    for k in dict.fromkeys(n.kernel for n in kernel.nodes):
-        out += [f"// ---- glsl/{k}.comp", f"#define activate activate_{k}", formula(glsl_dir, k), "#undef activate"]
+    out += _formulas(glsl_dir, kernel.nodes)
 
     slots = [f"n{n}_p{w}" for n in range(len(kernel.nodes)) for w in range(PARAM_WORDS)]
     out.append(f"uint {', '.join(slots)};")
@@ -141,7 +242,7 @@ def generate(kernel: FusedKernel, glsl_dir: Path) -> str:
         if node.result in stored:
             j = kernel.writes.index(node.result)
             out.append(f"        o{j} = INSERT(o{j}, to_bits({node.result}), k);")
-        out.append(f"        {node.result} = rounded({node.result});")
+        out.append(f"        {node.result} = rounded({node.result}, zero);")
     out += ["    }", "}"]
 
     out += ["void main() {", "    zero = pc.zero;"]

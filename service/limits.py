@@ -5,6 +5,9 @@ from __future__ import annotations
 
 # -- what a client can meet ------------------------------------------------------------------------
 CONTROL_BODY_BYTES = 1 << 16  # the bodies of control requests (repository, shared memory) are a few bytes
+#: A graph model's config (its DML_GRAPH_DESC as JSON text) and the body of a load that carries it: a
+#: graph of VKACT_MAX_GRAPH_NODES' default 64 nodes, escaped inside the body's JSON, is ~40 KiB.
+GRAPH_CONFIG_BYTES = 1 << 20
 SHM_MAX_NAME = 256  # characters of a region name: bounds the registry (every registration rewrites it whole)
 STREAM_IN_FLIGHT = 128  # requests of one ModelStreamInfer running at once; beyond, each is answered with an error
 GRPC_MAX_STREAMS = 128  # gRPC streams open on one connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS)

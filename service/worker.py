@@ -492,7 +492,7 @@ class DeviceWorker:
             job = self._inflight.pop(reply[0], None)
             if job is None:
                 continue
-            if reply[1] == "done":
+            if reply[1] == "done" and job.op is not None:  # a graph's execution: its data plane counts it
                 executions.append((type(job.op), reply[3], reply[2]))
             if job.future.done():  # the client left while the device worked
                 job.release()

@@ -55,7 +55,7 @@ layout(push_constant) uniform Push {
 #ifdef LAYOUT_PACKED
 layout(binding = 0) readonly buffer In0 { uvec4 in_units[]; };
 layout(binding = 1) buffer Out { uvec4 out_units[]; };
-#define IN_WORD(w) in_units[(w) >> 2][(w) & 3u]
+#define IN_WORD_RAW(w) in_units[(w) >> 2][(w) & 3u]
 #define OUT_WORD(w) out_units[(w) >> 2][(w) & 3u]
 #else
 layout(binding = 0) readonly buffer In0 { uint in_words[]; };
@@ -63,8 +63,21 @@ layout(binding = 1) buffer Out { uint out_words[]; };
 // meta[d]: size of dimension d (row dimensions first, then reduced ones, each innermost last);
 // meta[MAX_DIMS + d]: the input's element stride in d; meta[2 * MAX_DIMS + d]: the output's.
 layout(binding = 2) readonly buffer Meta { uint meta[]; };
-#define IN_WORD(w) in_words[w]
+#define IN_WORD_RAW(w) in_words[w]
 #define OUT_WORD(w) out_words[w]
+#endif
+// Every read of the input goes through IN_WORD (a 32-bit word) or IN_UNIT (16 bytes, PACKED). A graph
+// prologue (service/graph_glsl.py: elementwise nodes before this one, fused into its loads) defines
+// PROLOGUE and, after this file, the two functions that give the words the prologue's last node would
+// have stored, computed from its inputs' words at the same place (recomputed at each read: exact).
+#ifdef PROLOGUE
+uint prologue_word(uint w);
+uvec4 prologue_unit(uint u);
+#define IN_WORD(w) prologue_word(w)
+#define IN_UNIT(u) prologue_unit(u)
+#else
+#define IN_WORD(w) IN_WORD_RAW(w)
+#define IN_UNIT(u) in_units[u]
 #endif
 
 // -- elements ------------------------------------------------------------------------------------
@@ -298,7 +311,7 @@ REAL_T unit_elem(uvec4 w, uint k) {
 }
 
 void acc_unit(inout ACC_T acc, Span s, uint u) {
-    uvec4 w = in_units[s.first_unit + u];
+    uvec4 w = IN_UNIT(s.first_unit + u);
     uint i = s.head + u * UNIT_LEN;
 #if UNROLL == 1 || defined(DTYPE_F64)
     // Rolled (see UNROLL): one copy of acc_add in the code, not 4 or 8 (FLOAT64: a unit holds two).
@@ -344,7 +357,7 @@ void write_unit(Span s, uint u, PREP_T p) {
 #ifdef RESULT_IGNORES_INPUT
     uvec4 w = uvec4(0u);
 #else
-    uvec4 w = in_units[s.first_unit + u];
+    uvec4 w = IN_UNIT(s.first_unit + u);
 #endif
 #if defined(DTYPE_F64)
     out_units[s.first_unit + u] = uvec4(unpackDouble2x32(result(unit_elem(w, 0u), i, p)), unpackDouble2x32(result(unit_elem(w, 1u), i + 1u, p)));

@@ -25,6 +25,8 @@ from client.codec import CodecError
 from ..errors import VkactError
 from ..operators import OPERATORS, descriptor_error
 from .execution import OPERATOR_KEY
+from ..dataplane.graph_models import LABEL_PREFIX as GRAPH_MODEL
+from ..dataplane.graphs import GRAPH_LABEL
 from ..dataplane.metrics import Metrics
 from .runtime import runtime
 from ..dataplane.models import oip_names
@@ -88,9 +90,13 @@ def count_error(metrics: Metrics, status: int, operator: str | None, seconds: fl
     known), None when the request was no execution."""
     metrics.errors.labels(str(status)).inc()
     if operator is not None:
-        metrics.failed(operator, status)
         if operator in OPERATORS:  # a failed inference of a known model, in Triton's terms
             metrics.triton.failure(OPERATORS[operator], seconds)
+        elif operator.startswith(GRAPH_MODEL):  # a loaded graph model's; vkact's series count all graphs as one
+            if (stats := metrics.triton.model(operator[len(GRAPH_MODEL):])) is not None:
+                metrics.triton.failure(stats, seconds)
+            operator = GRAPH_LABEL
+        metrics.failed(operator, status)
 
 
 def _answer(request: Request, status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:

@@ -109,6 +109,11 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
+def departure(request: Request) -> Callable[[], Awaitable[object]]:
+    """What returns when the client of ``request`` (its body read) has gone: a data plane call's ``departure``."""
+    return lambda: _until_disconnected(request)
+
+
 async def run_on_device(
     request: Request, op: OperatorDesc, buffers: Sequence[np.ndarray | Source], in_place: bool = False, key: bytes | None = None
 ) -> Result | None:

@@ -105,6 +105,8 @@ def _parsed(text: str) -> dict[str, Any]:
         asked = json.loads(text)
     except ValueError as exc:
         raise InvalidRequest(f"the config is not JSON: {exc}", "config") from None
+    except RecursionError:  # json's decoder recurses once per level: a 400, never a 500
+        raise InvalidRequest("the config is not JSON: nested too deeply", "config") from None
     if not isinstance(asked, dict):
         raise InvalidRequest("the config must be a JSON object (Triton's model configuration)", "config")
     return asked

@@ -27,10 +27,12 @@ from pydantic.json_schema import models_json_schema
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
+from ..descriptors.graph import GraphDesc
 from ..descriptors.tensor import TensorDesc
 from ..operators import OperatorDescriptor
 from .openapi_examples import PATH_PARAMETERS
 from .openapi_examples import bodies as example_bodies
+from .v1.graphs import ExecuteGraphRequest
 from .v1.routes import ExecuteRequest
 from .v2.codec import InferenceRequest
 from .v2.shm import RegisterRequest
@@ -70,6 +72,26 @@ class ExecuteResponse(BaseModel):
     Operator: str = Field(description="the operator's Type")
     OutputTensor: TensorDesc
     Output: TensorData
+
+
+class ExecuteGraphBody(ExecuteGraphRequest):
+    """POST /v1/execute with a graph: ExecuteGraphRequest, whose Graph is a DML_GRAPH_DESC."""
+
+    Graph: GraphDesc  # type: ignore[assignment]
+    Inputs: dict[str, TensorData] = Field(description="by the input edges' names")  # type: ignore[assignment]
+
+
+class GraphCompiled(BaseModel):
+    Fused: bool = Field(description="false when some elementwise node runs with its own kernel (Notes say why)")
+    Dispatches: int = Field(description="dispatches of the compiled graph, in one command buffer")
+    Nodes: int
+    Notes: list[str] = Field(description="why parts of the graph run node by node")
+
+
+class ExecuteGraphResponse(BaseModel):
+    Compiled: GraphCompiled
+    OutputTensors: dict[str, TensorDesc] = Field(description="by the output edges' names")
+    Outputs: dict[str, TensorData] = Field(description="by the output edges' names, in graph output order (binary bytes follow in it)")
 
 
 class ResponseOutput(BaseModel):
@@ -112,7 +134,7 @@ class V2Error(BaseModel):
     error: str
 
 
-_MODELS: list[type[BaseModel]] = [ExecuteBody, ExecuteResponse, InferenceRequest, InferenceResponse, RegisterRequest,
+_MODELS: list[type[BaseModel]] = [ExecuteBody, ExecuteResponse, ExecuteGraphBody, ExecuteGraphResponse, InferenceRequest, InferenceResponse, RegisterRequest,
                                   CudaRegisterRequest, RepositoryIndexRequest, V1Error, V2Error]
 
 # -- which route takes which body and answers which errors -----------------------------------------------
@@ -129,12 +151,14 @@ _ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/v2/systemsharedmemory/region/{name}/register"): (400,),
     ("post", "/v2/cudasharedmemory/region/{name}/register"): (400,),
     ("post", "/v2/repository/index"): (400,),
-    ("post", "/v2/repository/models/{model}/load"): (400, 404),
+    ("post", "/v2/repository/models/{model}/load"): (400, 404, 413, 503),
+    ("post", "/v2/repository/models/{model}/unload"): (400, 404),
     ("get", "/v1/device"): (503,),
 }
 
-_BODIES: dict[str, tuple[str, str]] = {  # path: (component, description)
-    "/v1/execute": ("ExecuteBody", "JSON, or a binary frame: the JSON header, then each binary input's bytes"),
+_BODIES: dict[str, tuple[str | tuple[str, ...], str]] = {  # path: (component, or one of several; description)
+    "/v1/execute": (("ExecuteBody", "ExecuteGraphBody"), "JSON, or a binary frame: the JSON header, then each binary input's bytes; "
+                    "an Operator, or a Graph (DML_GRAPH_DESC) whose Inputs and Outputs are named by its edges"),
     "/v2/models/{model}/infer": ("InferenceRequest", "JSON, a binary frame, or (header 0) one input's raw bytes"),
     "/v2/models/{model}/versions/{version}/infer": ("InferenceRequest", "as .../infer"),
     "/v2/systemsharedmemory/region/{name}/register": ("RegisterRequest", "a region of a POSIX shared memory object"),
@@ -142,14 +166,16 @@ _BODIES: dict[str, tuple[str, str]] = {  # path: (component, description)
     "/v2/repository/index": ("RepositoryIndexRequest", "optional: an empty body lists every model"),
 }
 
-_RESPONSES = {"/v1/execute": "ExecuteResponse", "/v2/models/{model}/infer": "InferenceResponse",
+_RESPONSES: dict[str, str | tuple[str, ...]] = {"/v1/execute": ("ExecuteResponse", "ExecuteGraphResponse"), "/v2/models/{model}/infer": "InferenceResponse",
               "/v2/models/{model}/versions/{version}/infer": "InferenceResponse"}
 
 _FRAME = {"schema": {"type": "string", "format": "binary",
                      "description": f"the JSON header ({HEADER_LENGTH} bytes, given in that header), then the binary tensors"}}
 
 
-def _ref(name: str) -> dict[str, str]:
+def _ref(name: str | tuple[str, ...]) -> dict[str, Any]:
+    if isinstance(name, tuple):
+        return {"oneOf": [_ref(n) for n in name]}
     return {"$ref": f"#/components/schemas/{name}"}
 
 

@@ -51,6 +51,25 @@ def execute_example(op: type[OperatorDesc]) -> dict[str, Any]:
     return {"Operator": operator, "Inputs": inputs}
 
 
+def graph_example() -> dict[str, Any]:
+    """A /v1/execute body with a Graph: LINEAR -> SCALED_TANH -> SHRINK on a 2x3 FP32 input named "x",
+    its output named "y" (one fused dispatch)."""
+    tensor = {"DataType": DataType.FLOAT32.value, "Sizes": SIZES}
+    nodes = [{"Type": "DML_OPERATOR_ACTIVATION_LINEAR", "Alpha": 2.0, "Beta": -0.5},
+             {"Type": "DML_OPERATOR_ACTIVATION_SCALED_TANH", "Alpha": 1.5, "Beta": 0.75},
+             {"Type": "DML_OPERATOR_ACTIVATION_SHRINK", "Bias": 0.1, "Threshold": 0.5}]
+    return {
+        "Graph": {
+            "InputCount": 1, "OutputCount": 1,
+            "Nodes": [{"Operator": {**op, "InputTensor": tensor}, "Name": op["Type"].rsplit("_", 1)[-1].lower()} for op in nodes],
+            "InputEdges": [{"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"}],
+            "IntermediateEdges": [{"FromNodeIndex": i, "FromNodeOutputIndex": 0, "ToNodeIndex": i + 1, "ToNodeInputIndex": 0} for i in range(2)],
+            "OutputEdges": [{"FromNodeIndex": 2, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
+        },
+        "Inputs": {"x": _DATA},
+    }
+
+
 def _infer_example() -> dict[str, Any]:
     return {"inputs": [{"name": "InputTensor", "shape": SIZES, "datatype": "FP32", "data": _DATA}], "parameters": {"Alpha": 0.5}}
 
@@ -60,6 +79,8 @@ def bodies() -> dict[str, dict[str, Any]]:
     one = lambda summary, value: {summary: {"summary": summary, "value": value}}  # noqa: E731
     execute = {f"{family}: {op.type_name()}": {"summary": f"{family} ({op.type_name()})", "value": execute_example(op)}
                for family, op in _families().items()}
+    execute["graph: LINEAR -> SCALED_TANH -> SHRINK"] = {"summary": "graph (DML_GRAPH_DESC): LINEAR -> SCALED_TANH -> SHRINK, fused",
+                                                          "value": graph_example()}
     infer = one(f"{MODEL}, a 2x3 FP32 tensor, Alpha 0.5", _infer_example())
     return {
         "/v1/execute": execute,

@@ -15,6 +15,7 @@ from ..config import Settings
 from ..inflight import InflightBudget
 from ..shared_memory import SharedMemoryRegistry
 from .header_cache import HeaderCache
+from ..dataplane.graph_models import GraphModels
 from ..dataplane.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -34,9 +35,11 @@ class Runtime:
     grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
     batching: dict[type[OperatorDesc], Batching] = field(default_factory=dict)  # set by load_model with a config
     inflight: InflightBudget = field(init=False)  # request bytes in flight, HTTP's and gRPC's (VKACT_INFLIGHT_BYTES)
+    graphs: GraphModels = field(init=False)  # graph models loaded through the repository extension
 
     def __post_init__(self) -> None:
         self.inflight = InflightBudget(self.settings.inflight_limit)
+        self.graphs = GraphModels(self.settings, self.metrics.triton)
 
 
 def runtime(connection: HTTPConnection) -> Runtime:

@@ -7,6 +7,9 @@ device, whatever wire it came on. It knows nothing of HTTP, gRPC or JSON.
   an answer
 - metrics.py: every series and Triton's per-model statistics, counted once for all front-ends
 - readiness.py: whether the device can take inferences (one answer for every probe and route)
+- graphs.py: graphs (DML_GRAPH_DESC) parsed, compiled in a thread, limited, run by input and output edge
+  names and counted, for every front-end
+- graph_models.py: graphs loaded as /v2 and gRPC models (the repository extension), compiled once at load
 - limits (service/limits.py): the fixed limits, in one place
 - descriptor_key: the canonical key of a descriptor (service/descriptors/canonical.py), which each front-end
   computes once per request and its header cache keeps

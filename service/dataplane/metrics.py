@@ -148,6 +148,9 @@ class _ModelStats:
     batches: dict[int, list[float]] = field(default_factory=dict)  # batch size -> [executions, kernel us]
 
 
+ModelStats = _ModelStats  # what a graph model (dataplane.graph_models) holds of its statistics
+
+
 _HELP = {
     "nv_inference_request_success": ("counter", "Number of successful inference requests, all batch sizes"),
     "nv_inference_request_failure": ("counter", "Number of failed inference requests, all batch sizes"),
@@ -181,7 +184,21 @@ class TritonMetrics:
         self._by_type: dict[type, _ModelStats] = {}
         self._pending: dict[type, _Pending] = {}
 
-    def _stats(self, op: OperatorDesc | type[OperatorDesc]) -> _ModelStats:
+    def add_model(self, name: str) -> _ModelStats:
+        """A loaded graph model's statistics, at zero (dataplane.graph_models)."""
+        stats = self._models[name] = _ModelStats()
+        return stats
+
+    def model(self, name: str) -> _ModelStats | None:
+        return self._models.get(name)
+
+    def drop_model(self, name: str) -> None:
+        """An unloaded graph model leaves the statistics and /metrics, as Triton's unloaded models do."""
+        self._models.pop(name, None)
+
+    def _stats(self, op: OperatorDesc | type[OperatorDesc] | _ModelStats) -> _ModelStats:
+        if isinstance(op, _ModelStats):  # a graph model's
+            return op
         kind = type(op) if isinstance(op, OperatorDesc) else op
         stats = self._by_type.get(kind)
         if stats is None:
@@ -194,14 +211,14 @@ class TritonMetrics:
             found = self._pending[type(op)] = _Pending(self._stats(op))
         return found
 
-    def failure(self, op: OperatorDesc | type[OperatorDesc], seconds: float = 0.0) -> None:
+    def failure(self, op: OperatorDesc | type[OperatorDesc] | _ModelStats, seconds: float = 0.0) -> None:
         """A failed inference; ``seconds`` from its arrival to its failure, where the protocol measured it."""
         s = self._stats(op)
         s.nv_inference_request_failure += 1
         s.failure_duration_us += seconds * 1e6
         s.last_inference_ms = time.time_ns() // 1_000_000
 
-    def success(self, op: OperatorDesc, seconds: float, queue_seconds: float, kernel_seconds: float) -> None:
+    def success(self, op: OperatorDesc | _ModelStats, seconds: float, queue_seconds: float, kernel_seconds: float) -> None:
         s = self._stats(op)
         s.nv_inference_request_success += 1
         s.nv_inference_count += 1
@@ -211,7 +228,7 @@ class TritonMetrics:
         s.nv_inference_compute_input_duration_us += max(0.0, seconds - queue_seconds - kernel_seconds) * 1e6
         s.last_inference_ms = time.time_ns() // 1_000_000
 
-    def execution(self, op: type[OperatorDesc], batch_size: int, kernel_seconds: float) -> None:
+    def execution(self, op: type[OperatorDesc] | _ModelStats, batch_size: int, kernel_seconds: float) -> None:
         """One dispatch the device answered (DeviceWorker.on_execution): ``batch_size`` jobs in it."""
         s = self._stats(op)
         s.nv_inference_exec_count += 1

@@ -11,8 +11,7 @@ from client.buffers import to_buffer, view
 from service.config import Settings
 from service.descriptors.graph import GraphDesc, parse_graph
 from service.graph_compiler import FusedStep, GraphCompiler, NodeStep, ReductionStep
-from tests.graph_helpers import SIZES, activation, chain, linear_tanh_shrink, node_by_node, sample, shared_intermediate
-from tests.helpers import tensor
+from tests.graph_helpers import SIZES, activation, broadcast_prelu, chain, linear_tanh_shrink, node_by_node, prelu_softmax, sample, shared_intermediate
 
 
 
@@ -59,24 +58,13 @@ def test_linear_scaled_tanh_shrink_is_one_dispatch_bit_identical(engine, compile
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 def test_parameterized_relu_then_softmax1(engine, compiler, dtype):
     sizes = (2, 3, 64)
-    graph = parse_graph({
-        "InputCount": 2, "OutputCount": 1,
-        "Nodes": [
-            {"Operator": activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor", "SlopeTensor"))},
-            {"Operator": activation("SOFTMAX1", dtype, sizes, Axes=[1, 2])},
-        ],
-        "InputEdges": [
-            {"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"},
-            {"GraphInputIndex": 1, "ToNodeIndex": 0, "ToNodeInputIndex": 1, "Name": "slope"},
-        ],
-        "IntermediateEdges": [{"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0}],
-        "OutputEdges": [{"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
-    })
+    graph = parse_graph(prelu_softmax(dtype, sizes, axes=(1, 2)))
     x = sample(dtype, sizes)
     x.reshape(-1)[:8] = np.linspace(-2, 2, 8)   # softmax: NaN/inf would make whole rows NaN
     slope = (np.random.default_rng(1).random(sizes) * 0.5).astype(dtype)
     plan, fused, oracle = run_both(engine, compiler, graph, [x, slope])
-    assert plan.dispatches == 2 and isinstance(plan.program.steps[1], NodeStep)
+    step = plan.program.steps[0]   # PARAMETERIZED_RELU in SOFTMAX1's loads, its two inputs read there
+    assert plan.dispatches == 1 and isinstance(step, ReductionStep) and step.prologue == (0,) and len(step.reads) == 2
     assert_bits_equal(fused, oracle)
     y = view(fused[0], dtype, sizes, None)
     ref = graph.operators[1].reference(graph.operators[0].reference(x, slope))
@@ -109,7 +97,8 @@ def test_a_new_alpha_reuses_the_pipelines(engine, compiler):
     x = sample(dtype, sizes)
     x.reshape(-1)[:8] = 0.5
     first, fused1, oracle1 = run_both(engine, compiler, graph(1.5, 0.002), [x])
-    assert first.dispatches == 2 and isinstance(first.program.steps[1], ReductionStep)   # SHRINK in SOFTMAX1's stores
+    step = first.program.steps[0]   # LINEAR in SOFTMAX1's loads, SHRINK in its stores
+    assert first.dispatches == 1 and isinstance(step, ReductionStep) and (step.prologue, step.epilogue) == ((0,), (2,))
     assert_bits_equal(fused1, oracle1)
     created, glslang_runs = engine.stats.pipelines_created, compiler.compiled
     second = compiler.compile(graph(-3.0, 0.004))
@@ -124,22 +113,7 @@ def test_strided_and_broadcast_nodes_run_unfused_and_say_so(engine, compiler):
     """A broadcast SlopeTensor has no packed layout: that node runs with its own kernel; the answer is
     still the node-by-node one, and the plan notes why."""
     dtype, sizes = np.float32, (6, 40)
-    slope_desc = tensor(dtype, sizes, (0, 1))
-    prelu = activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor",))
-    prelu["SlopeTensor"] = slope_desc
-    graph = parse_graph({
-        "InputCount": 2, "OutputCount": 1,
-        "Nodes": [{"Operator": activation("TANH", dtype, sizes)}, {"Operator": prelu}, {"Operator": activation("RELU", dtype, sizes)}],
-        "InputEdges": [
-            {"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"},
-            {"GraphInputIndex": 1, "ToNodeIndex": 1, "ToNodeInputIndex": 1, "Name": "slope"},
-        ],
-        "IntermediateEdges": [
-            {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0},
-            {"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "ToNodeIndex": 2, "ToNodeInputIndex": 0},
-        ],
-        "OutputEdges": [{"FromNodeIndex": 2, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
-    })
+    graph = parse_graph(broadcast_prelu(dtype, sizes))
     x = sample(dtype, sizes)
     slope = np.linspace(0.1, 0.9, sizes[1], dtype=dtype)
     plan = compiler.compile(graph)
@@ -230,4 +204,65 @@ def test_elementwise_nodes_after_a_reduction_go_into_its_stores(engine, compiler
     x.reshape(-1)[:8] = np.linspace(-1, 1, 8)
     plan, fused, oracle = run_both(engine, compiler, graph, [x])
     assert plan.dispatches == 1 and isinstance(plan.program.steps[0], ReductionStep)
+    assert_bits_equal(fused, oracle)
+
+
+@pytest.mark.parametrize("axes", [[1], [0]], ids=["rows", "columns"])   # columns: the strided row layout
+@pytest.mark.parametrize("kind", ["SOFTMAX1", "LOG_SOFTMAX1", "HARDMAX1"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_elementwise_nodes_before_a_reduction_go_into_its_loads(engine, compiler, dtype, kind, axes):
+    """LINEAR -> SCALED_TANH -> SOFTMAX-family -> SHRINK: one dispatch, the prologue recomputed at each
+    of the reduction's reads (rows of 75: ragged heads and tails as well as whole units), each value
+    rounded to its type where the node-by-node run stores it: bit-identical to the nodes one by one."""
+    sizes = (40, 75)
+    graph = parse_graph(chain([
+        activation("LINEAR", dtype, sizes, Alpha=2.5, Beta=-0.3),
+        activation("SCALED_TANH", dtype, sizes, Alpha=1.3, Beta=0.9),
+        activation(kind, dtype, sizes, Axes=axes),
+        activation("SHRINK", dtype, sizes, Bias=0.001, Threshold=0.002),
+    ]))
+    x = sample(dtype, sizes, seed=11)
+    x.reshape(-1)[:8] = np.linspace(-1, 1, 8)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    step = plan.program.steps[0]
+    assert plan.fused and plan.dispatches == 1 and isinstance(step, ReductionStep)
+    assert (step.prologue, step.epilogue, step.reads) == ((0, 1), (3,), (("input", 0),))
+    assert_bits_equal(fused, oracle)
+
+
+def test_a_prologue_needed_elsewhere_stays_a_dispatch_and_says_so(engine, compiler):
+    """LINEAR -> SOFTMAX1 where LINEAR's value is also a graph output: it must exist in memory, so
+    LINEAR stays a fused dispatch of its own and the notes say why; the answers are the nodes'."""
+    dtype, sizes = np.float16, (6, 50)
+    graph = parse_graph({
+        "InputCount": 1, "OutputCount": 2,
+        "Nodes": [{"Operator": activation("LINEAR", dtype, sizes, Alpha=0.7, Beta=0.2)},
+                  {"Operator": activation("SOFTMAX1", dtype, sizes, Axes=[1])}],
+        "InputEdges": [{"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"}],
+        "IntermediateEdges": [{"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "ToNodeIndex": 1, "ToNodeInputIndex": 0}],
+        "OutputEdges": [{"FromNodeIndex": 1, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"},
+                        {"FromNodeIndex": 0, "FromNodeOutputIndex": 0, "GraphOutputIndex": 1, "Name": "l"}],
+    })
+    x = sample(dtype, sizes, seed=5)
+    x.reshape(-1)[:8] = 0.25
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    assert plan.fused and plan.dispatches == 2 and isinstance(plan.program.steps[0], FusedStep)
+    assert "Nodes[0] must exist in memory" in plan.notes[0]
+    assert_bits_equal(fused, oracle)
+
+
+def test_float16_intermediates_round_as_stored_for_every_half(engine, compiler):
+    """Every FLOAT16 bit pattern (NaN payloads, infinities, subnormals, zeros) through LINEAR with
+    Alpha = 1 + 2^-11, whose products of halves lie exactly halfway between two halves (ties to even),
+    overflow past 65504, and cross the subnormal boundary, then two more nodes that read the rounded
+    value: the fused chain (rounding in float arithmetic, graph_glsl.ROUNDED) gives the nodes' bits."""
+    sizes = (256, 256)
+    graph = parse_graph(chain([
+        activation("LINEAR", np.float16, sizes, Alpha=1 + 2.0 ** -11, Beta=0.0),
+        activation("LINEAR", np.float16, sizes, Alpha=-0.5, Beta=2.0 ** -20),   # 65536 halves to 32768, inf stays inf
+        activation("SHRINK", np.float16, sizes, Bias=2.0 ** -24, Threshold=0.0),
+    ]))
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(sizes)
+    plan, fused, oracle = run_both(engine, compiler, graph, [x])
+    assert plan.dispatches == 1 and isinstance(plan.program.steps[0], FusedStep)
     assert_bits_equal(fused, oracle)

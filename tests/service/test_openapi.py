@@ -169,7 +169,15 @@ def test_every_post_example_works_as_written(spec, http):
                 assert answer.status_code == expected, (url, name, answer.text)
                 continue
             assert 200 <= answer.status_code < 300, (url, name, answer.text)
-            if path == "/v1/execute":
+            if path == "/v1/execute" and "Graph" in body:   # a chain: each node's float64 reference in turn
+                value = np.array(body["Inputs"]["x"], np.float64)
+                for node in body["Graph"]["Nodes"]:
+                    op = parse_operator(node["Operator"])
+                    value = op.reference(value.reshape(op.inputs[0].Sizes))
+                np.testing.assert_allclose(answer.json()["Outputs"]["y"], value.reshape(-1), rtol=1e-5, atol=1e-6)
+                assert answer.json()["Compiled"]["Fused"] is True
+                families.add("graph")
+            elif path == "/v1/execute":
                 op = parse_operator(body["Operator"])
                 inputs = [np.array(body["Inputs"][f], np.float32).reshape(op.inputs[0].Sizes) for f in op.input_fields]
                 got = np.array(answer.json()["Output"], np.float32).reshape(op.output.Sizes)
@@ -180,7 +188,7 @@ def test_every_post_example_works_as_written(spec, http):
                 alpha = float(body["parameters"]["Alpha"])
                 celu = np.maximum(x, 0) + np.minimum(0, alpha * (np.exp(x / alpha) - 1))  # CELU's formula, float64
                 np.testing.assert_allclose(answer.json()["outputs"][0]["data"], celu, rtol=1e-5, atol=1e-6)
-        assert families == {"elementwise", "reduction"}
+        assert families == {"elementwise", "reduction", "graph"}
     finally:
         http.post("/v2/systemsharedmemory/unregister")
         http.post("/v2/repository/models/celu/load")  # the load example set celu's batching: the service's again
@@ -190,7 +198,7 @@ def test_every_post_example_works_as_written(spec, http):
 def test_v1_execute_has_one_example_per_operator_family(spec):
     examples = spec["paths"]["/v1/execute"]["post"]["requestBody"]["content"]["application/json"]["examples"]
     families = {name.split(":")[0] for name in examples}
-    assert families == {"no parameters", "scalar parameters", "two inputs", "reduction over the last axis", "reduction over axes"}
+    assert families == {"no parameters", "scalar parameters", "two inputs", "reduction over the last axis", "reduction over axes", "graph"}
     v1 = schema_validator(spec, body_schema(spec, "/v1/execute"))
     for example in examples.values():
         v1.validate(example["value"])

@@ -22,20 +22,20 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
-from ...dataplane import NOT_READY, is_ready
+from ...dataplane import is_ready
 from ...errors import InvalidRequest, UnknownOperator
 from . import transport as status_codes
 from ..errors import count_error, protocol_error
+from .graph_infer import graph_model_infer
 from .infer import model_infer
 from .messages import config_pb, pb
 from .reflection import reflection_routes
 from .transport import GrpcTransport, Route, RpcError, Send, status_text
-from ...dataplane.metrics import MODEL_VERSION
 from ..runtime import Runtime
 from ..v2.statistics import model_stats
 from ..v2.routes import EXTENSIONS
 from ..v2.settings import NO_LOGGING, NO_TRACE_GRPC
-from ..model_config import load, model_config, model_metadata, refuse_load_parameters
+from .. import repository
 from ...dataplane.models import MODELS, find_model
 
 log = logging.getLogger("vkact.grpc")
@@ -77,51 +77,42 @@ class InferenceServicer:
         """An unknown model or version is not ready (ready=false, OK), as Triton answers: readiness
         probes written for Triton read the flag, not a NOT_FOUND."""
         try:
-            find_model(request.name, request.version or None)
+            return pb.ModelReadyResponse(ready=repository.ready(self.state, request.name, request.version or None))
         except UnknownOperator:
             return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=self._ready())
 
     async def ServerMetadata(self, request: Any) -> Any:
         return pb.ServerMetadataResponse(name="vkact", version=self.version, extensions=EXTENSIONS)
 
     async def ModelMetadata(self, request: Any) -> Any:
-        meta = model_metadata(self.state, find_model(request.name, request.version or None))
+        meta = repository.metadata(self.state, request.name, request.version or None)
         tensors = {key: [pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta[key]] for key in ("inputs", "outputs")}
         return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"], **tensors)
 
     async def ModelConfig(self, request: Any) -> Any:
-        model = model_config(self.state, find_model(request.name, request.version or None))
+        model = repository.config(self.state, request.name, request.version or None)
         return pb.ModelConfigResponse(config=json_format.ParseDict(model, config_pb.ModelConfig()))
 
     async def ModelStatistics(self, request: Any) -> Any:
-        stats = model_stats(self.state.metrics, request.name, request.version)
+        stats = model_stats(self.state, request.name, request.version)
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
-    # -- model repository (the models are built in) ----------------------------------------------
+    # -- model repository: the operator models (built in) and graph models (loaded) ----------------
 
     async def RepositoryIndex(self, request: Any) -> Any:
-        ready = self._ready()
-        if request.ready and not ready:
-            return pb.RepositoryIndexResponse()
-        state, reason = ("READY", "") if ready else ("UNAVAILABLE", NOT_READY)
-        entries = [pb.RepositoryIndexResponse.ModelIndex(name=name, version=MODEL_VERSION, state=state, reason=reason) for name in MODELS]
+        entries = [pb.RepositoryIndexResponse.ModelIndex(**entry) for entry in repository.index(self.state, request.ready)]
         return pb.RepositoryIndexResponse(models=entries)
 
     async def RepositoryModelLoad(self, request: Any) -> Any:
-        """As POST /v2/repository/models/{model}/load: a ``config`` parameter sets the model's batching."""
-        op = find_model(request.model_name)
-        params = dict(request.parameters)
-        config = params.pop("config", None)
-        if config is not None and config.WhichOneof("parameter_choice") != "string_param":
-            raise InvalidRequest("the config parameter must be a string (Triton's JSON model configuration)", "config")
-        refuse_load_parameters(params)
-        load(self.state, op, config.string_param if config is not None else None)
+        """As POST /v2/repository/models/{model}/load: a ``config`` parameter (a string) is a graph to load
+        as that model, or an operator model's batching (see api.repository)."""
+        params = {key: getattr(value, value.WhichOneof("parameter_choice") or "string_param") for key, value in request.parameters.items()}
+        await repository.load(self.state, request.model_name, params)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any) -> Any:
-        find_model(request.model_name)
-        raise InvalidRequest(f"model {request.model_name!r} is built into vkact and cannot be unloaded")
+        repository.unload(self.state, request.model_name)
+        return pb.RepositoryModelUnloadResponse()
 
     # -- shared memory: system memory as /v2/systemsharedmemory; no CUDA memory here -------------
 
@@ -200,6 +191,10 @@ class InferenceServicer:
         started = time.perf_counter()
         operator = "-"  # failures count against the model once it is known, as on /v2
         try:
+            if request.model_name not in MODELS and request.model_name in self.state.graphs:
+                graph = self.state.graphs.find(request.model_name, request.model_version or None)
+                operator = graph.label
+                return await graph_model_infer(self.state, graph, request, started)
             model = find_model(request.model_name, request.model_version or None)
             operator = model.type_name()
             return await model_infer(self.state, model, request, started)

@@ -28,6 +28,7 @@ from ...operators import OPERATORS, OperatorDesc, descriptor_error, parse_operat
 from ...dataplane import descriptor_key, device_report, ready_device
 from ...worker import DeviceWorker
 from .catalog import catalog
+from .graphs import GraphBody, execute_graph
 from ...dataplane.models import kernel_features
 from ..execution import FrameResponse, answered, binary_frame, count_against, frame_headers, request_body, run_on_device, within_budget
 from ..header_cache import HeaderCache
@@ -144,15 +145,18 @@ def _check_output_bounded(op: OperatorDesc) -> None:
         )
 
 
-def parse_body(raw: memoryview, tail: memoryview, max_tensor_bytes: int, max_json_values: int, framed: bool) -> tuple[Parsed, list[np.ndarray]]:
-    parsed, buffers = parse_request(load_header(raw, max_json_values, framed), tail, max_tensor_bytes)
+def parse_body(raw: memoryview, tail: memoryview, max_tensor_bytes: int, max_json_values: int, framed: bool) -> tuple[Parsed | GraphBody, list[np.ndarray]]:
+    header = load_header(raw, max_json_values, framed)
+    if "Graph" in header:  # the Graph form: v1/graphs.py reads it
+        return GraphBody(header, tail, len(raw)), []
+    parsed, buffers = parse_request(header, tail, max_tensor_bytes)
     if parsed.encoding is Encoding.JSON:
         check_answer_values(parsed.op.output.total_bytes // parsed.op.data_type.info.size, max_json_values,
                             "ResponseEncoding", "ask for binary or base64")
     return parsed, buffers
 
 
-@router.post("/execute", summary="Run one DirectML activation operator on the device")
+@router.post("/execute", summary="Run one DirectML activation operator, or a graph of them (DML_GRAPH_DESC), on the device")
 @within_budget
 async def execute(request: Request) -> Response:
     # The state is read directly, not through Depends: FastAPI's dependency solving is about a sixth
@@ -176,6 +180,8 @@ async def execute(request: Request) -> Response:
         # A long JSON text (numbers, base64) is parsed and decoded in a thread, so probes and other
         # requests are answered meanwhile.
         parsed, buffers = await in_json_thread(parse_body, *args) if len(raw) > INLINE_BYTES else parse_body(*args)
+        if isinstance(parsed, GraphBody):
+            return await execute_graph(request, parsed, started)
         if parsed.binary is not None:
             cache.put(key, parsed)
     op = parsed.op

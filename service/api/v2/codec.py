@@ -6,7 +6,7 @@ Every 4xx of an inference is decided here (or in v2.outputs), before any device 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from math import prod
 from typing import Annotated, Any, Optional
 
@@ -17,6 +17,7 @@ from client.codec import HEADER_LENGTH, CodecError, frame_parts
 from client.json_values import decode_values
 
 from ...errors import InvalidRequest
+from ...descriptors.tensor import TensorDesc
 from ...operators import OperatorDesc, descriptor_error, parse_operator, short_name
 from ...shared_memory import Region, RegionInput
 from ..json_text import load_header
@@ -192,7 +193,11 @@ def _int_param(params: dict, key: str, field: str, default: int | None = None) -
 
 def json_input(op: OperatorDesc, tensor: RequestInput, i: int) -> np.ndarray:
     """The buffer of an input sent as JSON data (its name is one of the operator's: build_operator checked)."""
-    desc = getattr(op, tensor.name)
+    return json_tensor_input(getattr(op, tensor.name), tensor, i)
+
+
+def json_tensor_input(desc: TensorDesc, tensor: RequestInput, i: int) -> np.ndarray:
+    """The buffer of ``desc`` from an input sent as JSON data."""
     return padded(json_tensor(tensor.data, desc.DataType.info.numpy, prod(desc.Sizes), f"inputs[{i}].data", tensor.datatype), desc.total_bytes)
 
 
@@ -206,11 +211,19 @@ async def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryvie
     """Each input's buffer, in the descriptor's order. ``region(name)`` opens a registered shared memory
     region; an input there stays there (a RegionInput) until the device worker reads it (pread, never
     mapped: see shared_memory) straight into its slot."""
+    buffers = await decode_tensors({name: getattr(op, name) for name in op.input_fields}, req, tail, region, decoded)
+    return [buffers[name] for name in op.input_fields]
+
+
+async def decode_tensors(descs: Mapping[str, TensorDesc], req: InferenceRequest, tail: memoryview, region: Callable[[str], Region],
+                         decoded: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray | RegionInput]:
+    """Each input's buffer by its name, ``descs`` giving each named input's descriptor (the names
+    checked before: an operator's fields, a graph model's input edges); see decode_inputs."""
     buffers: dict[str, np.ndarray | RegionInput] = {}
     offset = 0
     for i, tensor in enumerate(req.inputs):
         field = f"inputs[{i}]"
-        desc = getattr(op, tensor.name)
+        desc = descs[tensor.name]
         dtype = desc.DataType.info.numpy
         count = prod(desc.Sizes)
         nbytes = count * dtype.itemsize
@@ -219,7 +232,7 @@ async def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryvie
         if len(sources) != 1:
             raise InvalidRequest(f"input {tensor.name!r} needs exactly one of data, parameters.binary_data_size, parameters.shared_memory_region; it has {len(sources)}", field)
         if sources[0] == "data":
-            buffers[tensor.name] = decoded[tensor.name] if decoded is not None else json_input(op, tensor, i)
+            buffers[tensor.name] = decoded[tensor.name] if decoded is not None else json_tensor_input(desc, tensor, i)
             continue
         if sources[0] == "binary_data_size":
             size = _int_param(params, "binary_data_size", field)
@@ -250,4 +263,4 @@ async def decode_inputs(op: OperatorDesc, req: InferenceRequest, tail: memoryvie
         buffers[tensor.name] = padded(data, desc.total_bytes)
     if offset != len(tail):
         raise InvalidRequest(f"{len(tail) - offset} bytes after the binary tensors belong to no input", HEADER_LENGTH)
-    return [buffers[name] for name in op.input_fields]
+    return buffers

@@ -2,10 +2,10 @@
 or written into a shared memory region)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,15 +44,20 @@ def _flag(params: dict, key: str, default: bool, field: str) -> bool:
 def plan_outputs(op: OperatorDesc, req: InferenceRequest, region: Callable[[str], Region]) -> list[OutputPlan]:
     """The outputs to return (all of them when the request names none), checked before any device work,
     shared memory regions included: each must hold the whole output."""
+    return plan_named_outputs({op.output_field: output_bytes(op)}, req, region)
+
+
+def plan_named_outputs(sizes: dict[str, int], req: InferenceRequest, region: Callable[[str], Region]) -> list[OutputPlan]:
+    """As plan_outputs, for a model whose outputs are ``sizes`` (name -> the protocol's bytes), in order."""
     binary = _flag(req.parameters or {}, "binary_data_output", False, "parameters")
     if not req.outputs:  # omitted (or empty, which tritonclient never sends): every output
-        return [OutputPlan(op.output_field, binary)]
-    nbytes = output_bytes(op)
+        return [OutputPlan(name, binary) for name in sizes]
     plans: list[OutputPlan] = []
     for i, out in enumerate(req.outputs):
         field = f"outputs[{i}]"
-        if out.name != op.output_field:
-            raise InvalidRequest(f"unknown output {out.name!r}; the outputs are {op.output_field}", f"{field}.name")
+        nbytes = sizes.get(out.name)
+        if nbytes is None:
+            raise InvalidRequest(f"unknown output {out.name!r}; the outputs are {', '.join(sizes)}", f"{field}.name")
         if any(p.name == out.name for p in plans):
             raise InvalidRequest(f"output {out.name!r} is requested twice", f"{field}.name")
         params = out.parameters or {}
@@ -82,18 +87,35 @@ def output_bytes(op: OperatorDesc) -> int:
     return prod(op.output.Sizes) * op.output.DataType.info.size
 
 
+class OutputTensor(NamedTuple):  # a tuple: made for every gRPC answer, where a frozen dataclass costs ~1 us
+    """An output's answer: its packed bytes (a view of the slot) and what the protocol says of them."""
+
+    datatype: str
+    shape: Sequence[int]
+    dtype: np.dtype
+    data: np.ndarray   # uint8, exactly the elements' bytes
+
+
 async def encode_response(
     model: str, op: OperatorDesc, req: InferenceRequest, request_id: str | None, plans: list[OutputPlan], result: Result, region: Callable[[str], Region]
 ) -> tuple[bytes | memoryview, int | None]:
     """The response body and, when some output is binary, the JSON header's length. Reads the result's
     slot, so it runs before the result is released."""
-    nbytes = output_bytes(op)
-    data = np.frombuffer(result.output, np.uint8, nbytes)  # packed: the output descriptor is the inputs' layout
-    datatype = DML_TO_V2[op.output.DataType]
+    data = np.frombuffer(result.output, np.uint8, output_bytes(op))  # packed: the output descriptor is the inputs' layout
+    tensor = OutputTensor(DML_TO_V2[op.output.DataType], list(op.output.Sizes), op.output.DataType.info.numpy, data)
+    return await encode_outputs(model, request_id, plans, {plan.name: tensor for plan in plans}, region)
+
+
+async def encode_outputs(model: str, request_id: str | None, plans: list[OutputPlan], tensors: dict[str, OutputTensor],
+                         region: Callable[[str], Region]) -> tuple[bytes | memoryview, int | None]:
+    """As encode_response, for each planned output of ``tensors`` (by name)."""
     outputs: list[dict[str, Any]] = []
     binaries: list[np.ndarray] = []
+    json_bytes = 0
     for plan in plans:
-        entry: dict[str, Any] = {"name": plan.name, "datatype": datatype, "shape": list(op.output.Sizes)}
+        tensor = tensors[plan.name]
+        data, nbytes = tensor.data, tensor.data.nbytes
+        entry: dict[str, Any] = {"name": plan.name, "datatype": tensor.datatype, "shape": tensor.shape}
         if plan.region is not None:
             # No parameters, as Triton answers: its C++ client (perf_analyzer) reads any output's
             # parameters as a binary tensor's and stops on the missing binary_data_size.
@@ -102,14 +124,15 @@ async def encode_response(
             entry["parameters"] = {"binary_data_size": nbytes}
             binaries.append(data)
         else:  # non-finite values as "NaN", "Infinity", "-Infinity", as /v1 writes them: plain JSON stays valid
-            values = (data, op.output.DataType.info.numpy, nbytes, Encoding.JSON)
+            values = (data, tensor.dtype, nbytes, Encoding.JSON)
             entry["data"] = await in_json_thread(encode_data, *values) if nbytes > INLINE_BYTES else encode_data(*values)
+            json_bytes += nbytes
         outputs.append(entry)
     head: dict[str, Any] = {"model_name": model, "model_version": MODEL_VERSION}
     if request_id is not None:
         head["id"] = request_id
     head["outputs"] = outputs
-    json_values = any("data" in entry for entry in outputs) and nbytes > INLINE_BYTES
+    json_values = json_bytes > INLINE_BYTES
     head_bytes = await in_json_thread(dumps, head) if json_values else dumps(head)  # large: off the loop
     if not binaries:
         return head_bytes, None

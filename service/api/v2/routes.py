@@ -1,7 +1,9 @@
 """/v2: the Open Inference Protocol (KServe v2) with Triton's extensions (binary tensor data, system
-shared memory, model repository index, model configuration), so tritonclient, perf_analyzer and KServe
+shared memory, model repository, model configuration), so tritonclient, perf_analyzer and KServe
 clients talk to vkact as to Triton. Each operator is a model (see dataplane.models); an inference is parsed
-(v2.codec, v2.encoding), run through the data plane as /v1 is (dataplane.execution) and answered (v2.outputs)."""
+(v2.codec, v2.encoding), run through the data plane as /v1 is (dataplane.execution) and answered (v2.outputs).
+A graph loaded through the repository (api.repository, dataplane.graph_models) is a model too, inferred
+by v2.graph_infer."""
 from __future__ import annotations
 
 import time
@@ -20,23 +22,23 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
 from ...errors import InvalidRequest, UnknownOperator, VkactError
 from ...operators import OperatorDesc
 from ...shared_memory import Region, SharedMemoryRegistry
-from ...dataplane import NOT_READY, descriptor_key, is_ready, ready_device
+from ...dataplane import descriptor_key, is_ready, ready_device
 from ..execution import answered, binary_frame, count_against, read_body, request_body, run_on_device, within_budget
 from ..header_cache import HeaderCache
-from ...dataplane.metrics import MODEL_VERSION
 from ..runtime import device_worker, runtime
-from ...limits import CONTROL_BODY_BYTES, INLINE_BYTES
+from ...limits import CONTROL_BODY_BYTES, GRAPH_CONFIG_BYTES, INLINE_BYTES
 from ..json_text import check_answer_values, in_json_thread, load_header
 from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
 from .encoding import choose_encoding, compress
-from ..model_config import load as load_config, model_config as served_config, model_metadata as served_metadata, refuse_load_parameters
+from .. import repository
 from ...dataplane.models import MODELS, find_model
 from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 
-#: What GET /v2 advertises: only what is implemented. model_repository is the index (load is a no-op,
-#: unload is refused: the models are built in); model_configuration is GET .../config.
+#: What GET /v2 advertises: only what is implemented. model_repository is the index, load and unload
+#: (graph models; an operator model is built in: its load sets its batching, its unload is refused);
+#: model_configuration is GET .../config.
 EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration", "statistics"]
 
 
@@ -90,12 +92,12 @@ async def server_metadata(request: Request) -> dict[str, Any]:
 
 @router.get("/models/{model}", summary="Model metadata")
 async def model_metadata(request: Request, model: str) -> dict[str, Any]:
-    return served_metadata(runtime(request), find_model(model))
+    return repository.metadata(runtime(request), model)
 
 
 @router.get("/models/{model}/versions/{version}", summary="Model metadata of one version")
 async def model_version_metadata(request: Request, model: str, version: str) -> dict[str, Any]:
-    return served_metadata(runtime(request), find_model(model, version))
+    return repository.metadata(runtime(request), model, version)
 
 
 @router.get("/models/{model}/ready", summary="Model readiness")
@@ -113,21 +115,20 @@ def _model_ready(request: Request, answer: dict[str, Any]) -> JSONResponse:
     reason in ``error``), as gRPC's ModelReady answers ready=false, so a probe that reads the flag
     works on either protocol."""
     try:
-        find_model(answer["name"], answer.get("version"))
+        ok = repository.ready(runtime(request), answer["name"], answer.get("version"))
     except UnknownOperator as exc:
         return JSONResponse({**answer, "ready": False, "error": str(exc)}, status_code=404)
-    ok = _ready(request)
     return JSONResponse({**answer, "ready": ok}, status_code=200 if ok else 503)
 
 
 @router.get("/models/{model}/config", summary="Model configuration (Triton's, as perf_analyzer reads it)")
 async def model_config(request: Request, model: str) -> dict[str, Any]:
-    return served_config(runtime(request), find_model(model))
+    return repository.config(runtime(request), model)
 
 
 @router.get("/models/{model}/versions/{version}/config", summary="Model configuration of one version")
 async def model_version_config(request: Request, model: str, version: str) -> dict[str, Any]:
-    return served_config(runtime(request), find_model(model, version))
+    return repository.config(runtime(request), model, version)
 
 
 # -- model repository ---------------------------------------------------------------------------------
@@ -149,43 +150,39 @@ async def repository_index(request: Request) -> list[dict[str, Any]]:
             raise InvalidRequest("the body must be empty or a JSON object such as {\"ready\": true}")
     if not isinstance(options.get("ready", False), bool):  # as Triton: not a filter quietly ignored
         raise InvalidRequest(f"ready must be true or false, got {options['ready']!r}", "ready")
-    only_ready = options.get("ready") is True
-    state = "READY" if _ready(request) else "UNAVAILABLE"
-    if only_ready and state != "READY":
-        return []
-    reason = "" if state == "READY" else NOT_READY
-    return [{"name": name, "version": MODEL_VERSION, "state": state, "reason": reason} for name in MODELS]
+    return repository.index(runtime(request), options.get("ready") is True)
 
 
-@router.post("/repository/models/{model}/load", summary="Load a model: every model is always loaded; a config sets its batching")
+@router.post("/repository/models/{model}/load", summary="Load a graph model (parameters.config: its DML_GRAPH_DESC as JSON text), "
+             "or set an operator model's batching (parameters.config: Triton's model configuration)")
 async def load_model(request: Request, model: str) -> Response:
-    """Triton's load: no body (or no ``config`` parameter) restores the model's batching; ``parameters.config``
-    (Triton's JSON model configuration, as a string) sets max_batch_size and dynamic_batching, and
-    is refused with 400 if it changes anything else."""
-    op = find_model(model)
-    body = await read_body(request, CONTROL_BODY_BYTES)
+    """Triton's load (see api.repository): ``parameters.config`` (a JSON string) is a graph to load as
+    model ``model``, or, for an operator model, Triton's model configuration, which sets max_batch_size
+    and dynamic_batching and is refused with 400 if it changes anything else; no config restores an
+    operator model's batching."""
+    limit = GRAPH_CONFIG_BYTES + CONTROL_BODY_BYTES  # a graph's JSON, escaped in a string
+    claim = runtime(request).inflight.claim()  # up to a MiB a load, held while it waits: within the budget
     try:
-        options: Any = load_header(body, CONTROL_BODY_BYTES) if bytes(body).strip() else {}
-    except VkactError:
-        raise
-    except ValueError:  # CodecError: not JSON, nested too deeply
-        options = None
-    params = options.get("parameters", {}) if isinstance(options, dict) else None
-    if not isinstance(params, dict):
-        raise InvalidRequest('the body must be empty or {"parameters": {"config": "<model configuration JSON>"}}', "parameters")
-    params = dict(params)
-    config = params.pop("config", None)
-    if config is not None and not isinstance(config, str):
-        raise InvalidRequest("the config parameter must be a string (Triton's JSON model configuration)", "config")
-    refuse_load_parameters(params)
-    load_config(runtime(request), op, config)
+        body = await read_body(request, limit, claim)
+        try:  # values bounded by the body's length: the config's text is one value, parsed when loaded
+            options: Any = load_header(body, limit) if bytes(body).strip() else {}
+        except VkactError:
+            raise
+        except ValueError:  # CodecError: not JSON, nested too deeply
+            options = None
+        params = options.get("parameters", {}) if isinstance(options, dict) else None
+        if not isinstance(params, dict):
+            raise InvalidRequest('the body must be empty or {"parameters": {"config": "<a graph\'s or a model configuration\'s JSON>"}}', "parameters")
+        await repository.load(runtime(request), model, params)
+    finally:
+        claim.release()
     return Response()
 
 
-@router.post("/repository/models/{model}/unload", summary="Unload a model: refused, the models are built in")
-async def unload_model(model: str) -> Response:
-    find_model(model)
-    raise InvalidRequest(f"model {model!r} is built into vkact and cannot be unloaded")
+@router.post("/repository/models/{model}/unload", summary="Unload a graph model (operator models are built in: refused)")
+async def unload_model(request: Request, model: str) -> Response:
+    repository.unload(runtime(request), model)
+    return Response()
 
 
 # -- inference ----------------------------------------------------------------------------------------
@@ -313,11 +310,21 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     return answered(Response(content, media_type=media_type, headers=headers), request, op, started, result, bytes_in, op.output.total_bytes)
 
 
-@router.post("/models/{model}/infer", summary="Run the operator")
+@router.post("/models/{model}/infer", summary="Run the operator, or the graph model")
 async def infer(request: Request, model: str) -> Response:
+    if model not in MODELS and model in runtime(request).graphs:
+        return await _infer_graph(request, model, None)
     return await _infer(request, model, None)
 
 
-@router.post("/models/{model}/versions/{version}/infer", summary="Run the operator (one version)")
+@router.post("/models/{model}/versions/{version}/infer", summary="Run the operator, or the graph model (one version)")
 async def infer_version(request: Request, model: str, version: str) -> Response:
+    if model not in MODELS and model in runtime(request).graphs:
+        return await _infer_graph(request, model, version)
     return await _infer(request, model, version)
+
+
+async def _infer_graph(request: Request, model: str, version: str | None) -> Response:
+    from .graph_infer import infer_graph  # imports this module's Regions
+
+    return await infer_graph(request, runtime(request).graphs.find(model, version))

@@ -8,31 +8,30 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ...operators import short_name
-from ...dataplane.metrics import Metrics
-from ..runtime import runtime
-from ...dataplane.models import find_model
+from .. import repository
+from ..runtime import Runtime, runtime
 
 # Included before /v2's router: its GET /v2/models/{model} would take "stats" for a model name.
 router = APIRouter(prefix="/v2/models", tags=["v2"])
 
 
-def model_stats(metrics: Metrics, model: str = "", version: str = "") -> dict[str, Any]:
-    """``model_stats`` of every model (no name) or of one model (and version): unknown ones are 404."""
-    name = short_name(find_model(model, version or None)) if model else None
-    return {"model_stats": metrics.triton.statistics(name)}
+def model_stats(state: Runtime, model: str = "", version: str = "") -> dict[str, Any]:
+    """``model_stats`` of every model (no name) or of one model (and version), operator or graph model:
+    unknown ones are 404."""
+    name = repository.known(state, model, version or None) if model else None
+    return {"model_stats": state.metrics.triton.statistics(name)}
 
 
 @router.get("/stats", summary="Inference statistics of every model")
 async def all_stats(request: Request) -> dict[str, Any]:
-    return model_stats(runtime(request).metrics)
+    return model_stats(runtime(request))
 
 
 @router.get("/{model}/stats", summary="Inference statistics of one model")
 async def stats(request: Request, model: str) -> dict[str, Any]:
-    return model_stats(runtime(request).metrics, model)
+    return model_stats(runtime(request), model)
 
 
 @router.get("/{model}/versions/{version}/stats", summary="Inference statistics of one model version")
 async def version_stats(request: Request, model: str, version: str) -> dict[str, Any]:
-    return model_stats(runtime(request).metrics, model, version)
+    return model_stats(runtime(request), model, version)

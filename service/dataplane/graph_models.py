@@ -1,0 +1,217 @@
+"""Graph models: DML_GRAPH_DESC graphs loaded as Open Inference Protocol models through Triton's model
+repository extension (/v2's POST /v2/repository/models/{name}/load with the graph's JSON as
+``parameters.config``, gRPC's RepositoryModelLoad), beside the operator models of models.py.
+
+A graph is validated (graphs.parse: DirectML's rules, a 422 naming the field), checked against the
+device's limits (graphs.check_limits) and compiled (graphs.compile_graph, in a thread: glslang runs
+there) once, at load; each inference then runs the compiled graph (graphs.run_graph). Its inputs and outputs are the graph's input and output edges, named by their ``Name``s, each with
+the one data type and shape of its tensor descriptor (packed: the protocol's tensors are row-major).
+
+The registry belongs to the data plane (the front-ends only translate): a name never shadows an
+operator model, at most ``Settings.max_graph_models`` are loaded (VKACT_MAX_GRAPH_MODELS), a reload
+replaces the model at once (requests already running finish on the model they started with; the
+replacement is compiled before it is swapped in), and an unload forgets it (likewise). Each graph
+model has Triton's per-model statistics, registered at load and dropped at unload. The registry is
+per HTTP process, as the statistics and a load's batching are.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+from client.codec import CodecError, parse_header
+
+from ..config import Settings
+from ..descriptors import packed_strides
+from ..descriptors.graph import GraphDesc
+from ..descriptors.tensor import TensorDesc
+from ..errors import DescriptorError, InvalidRequest, UnknownOperator
+from . import graphs
+from .graphs import CompiledGraph
+from .metrics import MODEL_VERSION, ModelStats, TritonMetrics
+from .models import DML_TO_V2, MODELS
+
+PLATFORM = "vkact_directml_graph"
+#: A graph model's name: what a URL path segment and a metric label carry without escaping. "stats"
+#: would be taken by GET /v2/models/stats (the statistics of every model).
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+RESERVED_NAMES = frozenset({"stats"})
+#: What a graph model's inference counts its failures against until it is answered (count_error
+#: finds the model's statistics by it); vkact's own series count every graph under graphs.GRAPH_LABEL,
+#: so names loaded and unloaded by the thousand never grow them.
+LABEL_PREFIX = "graph:"
+
+
+@dataclass(frozen=True)
+class GraphTensor:
+    """One input or output of a graph model: its edge's name, the protocol's datatype, its shape."""
+
+    name: str
+    desc: TensorDesc
+
+    @property
+    def datatype(self) -> str:
+        return DML_TO_V2[self.desc.DataType]
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self.desc.Sizes)
+
+    @property
+    def nbytes(self) -> int:
+        """The protocol's tensor: its elements, packed (the descriptor's buffer may be rounded up)."""
+        return prod(self.desc.Sizes) * self.desc.DataType.info.size
+
+
+@dataclass(frozen=True)
+class GraphModel:
+    name: str
+    compiled: CompiledGraph
+    inputs: tuple[GraphTensor, ...]     # in graph input index order
+    outputs: tuple[GraphTensor, ...]    # in graph output index order
+    stats: ModelStats = field(compare=False, repr=False)
+
+    @property
+    def graph(self) -> GraphDesc:
+        return self.compiled.graph
+
+    @property
+    def label(self) -> str:
+        """What its failures count against (see LABEL_PREFIX)."""
+        return LABEL_PREFIX + self.name
+
+    def report(self) -> dict[str, str]:
+        """What the tensors cannot say, for metadata and config parameters: whether the graph fused and
+        why not (graph_fused, graph_notes), its dispatches and nodes."""
+        return self.compiled.report.parameters()
+
+    def metadata(self) -> dict[str, Any]:
+        """$metadata_model_response: the edges' names, data types and shapes."""
+        return {
+            "name": self.name,
+            "versions": [MODEL_VERSION],
+            "platform": PLATFORM,
+            "inputs": [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in self.inputs],
+            "outputs": [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in self.outputs],
+            "parameters": self.report(),
+        }
+
+    def config(self) -> dict[str, Any]:
+        """Triton's model configuration: fixed dims, no batching (a graph's tensors are its descriptors)."""
+        return {
+            "name": self.name,
+            "platform": PLATFORM,
+            "backend": "vkact",
+            "max_batch_size": 0,
+            "version_policy": {"specific": {"versions": [int(MODEL_VERSION)]}},
+            "input": [{"name": t.name, "data_type": f"TYPE_{t.datatype}", "format": "FORMAT_NONE", "dims": t.shape} for t in self.inputs],
+            "output": [{"name": t.name, "data_type": f"TYPE_{t.datatype}", "dims": t.shape} for t in self.outputs],
+            "parameters": {key: {"string_value": value} for key, value in self.report().items()},
+        }
+
+
+def is_graph_config(text: str) -> bool:
+    """Whether a load's config is a graph (DML_GRAPH_DESC has Nodes; Triton's model configuration never does)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply: not a graph (the caller says why)
+        return False
+    return isinstance(data, dict) and "Nodes" in data
+
+
+def _tensors(graph: GraphDesc) -> tuple[tuple[GraphTensor, ...], tuple[GraphTensor, ...]]:
+    """The graph's inputs and outputs as the protocol's tensors; a strided one has no row-major form."""
+    def tensor(kind: str, field: str, name: str, desc: TensorDesc) -> GraphTensor:
+        if desc.DataType not in DML_TO_V2:
+            raise DescriptorError(field, f"graph {kind} {name!r} is {desc.DataType.value}, which the protocol has no datatype for")
+        if desc.Strides is not None and tuple(desc.Strides) != packed_strides(desc.Sizes):
+            raise DescriptorError(field, f"graph {kind} {name!r} has Strides {list(desc.Strides)}: a model's tensors are packed "
+                                  "and row-major (run strided graph tensors through /v1/execute's Graph)")
+        return GraphTensor(name, desc)
+
+    edge_in = {e.GraphInputIndex: i for i, e in enumerate(graph.InputEdges)}
+    edge_out = {e.GraphOutputIndex: i for i, e in enumerate(graph.OutputEdges)}
+    inputs = tuple(tensor("input", f"Graph.InputEdges[{edge_in[i]}]", name, graph.input_desc(i)) for i, name in enumerate(graph.input_names()))
+    outputs = tuple(tensor("output", f"Graph.OutputEdges[{edge_out[j]}]", name, graph.output_desc(j)) for j, name in enumerate(graph.output_names()))
+    return inputs, outputs
+
+
+class GraphModels:
+    """The graph models of one HTTP process, by name."""
+
+    def __init__(self, settings: Settings, triton: TritonMetrics) -> None:
+        self.settings = settings
+        self._triton = triton
+        self._models: dict[str, GraphModel] = {}
+        self._lock: asyncio.Lock | None = None  # loads one at a time (made on the event loop)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._models
+
+    def get(self, name: str) -> GraphModel | None:
+        return self._models.get(name)
+
+    def find(self, name: str, version: str | None = None) -> GraphModel:
+        """The loaded graph model ``name``; UnknownOperator (404) naming the version when it is not one."""
+        model = self._models.get(name)
+        if model is None:
+            raise UnknownOperator(f"unknown model {name!r}: no operator model and no loaded graph model has that name")
+        if version is not None and version != MODEL_VERSION:
+            raise UnknownOperator(f"model {name!r} has no version {version!r}; its only version is {MODEL_VERSION}")
+        return model
+
+    def names(self) -> list[str]:
+        return sorted(self._models)
+
+    async def load(self, name: str, text: str, max_tensor_bytes: int | None) -> GraphModel:
+        """Validate and compile the graph ``text`` (DML_GRAPH_DESC's JSON) as model ``name``, then put
+        it in place of any model of that name. Nothing changes when it fails. ``max_tensor_bytes``: the
+        device's binding limit, once the device is known (every inference checks it too)."""
+        self._check_name(name)
+        self._check_room(name)
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one at a time, as Triton's loads: the last of two loads of a name wins
+            self._check_room(name)
+            # parsed (up to GRAPH_CONFIG_BYTES of JSON) and compiled (glslang) off the event loop
+            graph, inputs, outputs = await asyncio.to_thread(self._parse, text)
+            if max_tensor_bytes is not None:
+                graphs.check_limits(graph, max_tensor_bytes, self.settings.pool_bytes)
+            compiled = await graphs.compile_graph(self.settings, graph)
+        old = self._models.get(name)
+        stats = old.stats if old is not None else self._triton.add_model(name)
+        model = self._models[name] = GraphModel(name, compiled, inputs, outputs, stats)
+        return model
+
+    def _parse(self, text: str) -> tuple[GraphDesc, tuple[GraphTensor, ...], tuple[GraphTensor, ...]]:
+        try:  # 400s, never a RecursionError: text nested too deeply, an integer too long, not an object
+            data = parse_header(memoryview(text.encode("utf-8", "surrogatepass")))
+        except CodecError as exc:
+            raise InvalidRequest(f"the config is not a JSON object (a DML_GRAPH_DESC): {exc.message}", "config") from None
+        graph = graphs.parse(data, self.settings)
+        return (graph, *_tensors(graph))
+
+    def unload(self, name: str) -> None:
+        """Forget graph model ``name`` (requests running on it finish); UnknownOperator when none."""
+        self.find(name)
+        del self._models[name]
+        self._triton.drop_model(name)
+
+    def _check_name(self, name: str) -> None:
+        if name in MODELS:
+            raise InvalidRequest(f"{name!r} is an operator model, built in: a graph model needs a name of its own", "name")
+        if not NAME.fullmatch(name) or name in RESERVED_NAMES:
+            raise InvalidRequest(f"a graph model's name is 1 to 128 of A-Z a-z 0-9 _ . - (not starting with . or -, "
+                                 f"not {', '.join(sorted(RESERVED_NAMES))}); got {name[:160]!r}", "name")
+
+    def _check_room(self, name: str) -> None:
+        limit = self.settings.max_graph_models
+        taken = len(self._models)
+        if name not in self._models and taken >= limit:
+            raise InvalidRequest(f"{taken} graph models are loaded, the most this service holds (VKACT_MAX_GRAPH_MODELS={limit}): "
+                                 "unload one first", "name")
+
