@@ -49,7 +49,9 @@ EVENT_LOOP = "event loop: epoll, socket reads, task steps (uvloop, self time)"
 # (stage, pattern over one py-spy frame, "function (file:line)"), per process; the first rule that
 # matches the deepest matching frame wins.
 HTTP_STAGES: list[tuple[str, str]] = [
-    ("answer: headers and socket write (uvicorn send, uvloop)", r"RequestResponseCycle\.send \(uvicorn"),
+    # uvicorn's send, or the whole frame written straight to the transport (send_whole, hoth's branch)
+    ("answer: headers and socket write (uvicorn send, uvloop)",
+     r"RequestResponseCycle\.send \(uvicorn|send_whole \(api/execution|FrameResponse"),
     ("answer: response object (starlette)", r"starlette/responses\.py"),
     ("answer: output frame (outputs, codec)", r"api/v2/outputs\.py|client/codec\.py|binary_frame \(api/execution"),
     ("gRPC: transport (h2grpc C + its Python)", r"api/grpc/transport\.py|h2grpc"),

@@ -62,6 +62,8 @@ def test_model_repository_layout(tmp_path) -> None:
       "DeviceWorker._submit (worker.py:200)", "write (framing.py:40)"], "hand-off: the job to the worker"),
     (["Runner.run (asyncio/runners.py:118)", "RequestIdMiddleware.__call__ (api/v2/routes.py:65)", "uuid4 (uuid.py:723)"],
      "routing and middleware"),
+    (["Runner.run (asyncio/runners.py:118)", "answer (api/hot_routes.py:74)", "send_whole (api/execution.py:140)"],
+     "answer: headers and socket write"),
     (["Runner.run (asyncio/runners.py:118)"], "event loop"),
     (["Runner.run (asyncio/runners.py:118)", "Server.main_loop (uvicorn/server.py:20)"], "other"),
 ])
