@@ -1,4 +1,4 @@
-"""``python -m bench [--only kernels|service|v2|grpc|types64|accuracy|graphs] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
+"""``python -m bench [--only kernels|service|v2|grpc|types64|accuracy|graphs|triton] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
 from __future__ import annotations
 
 import argparse
@@ -33,9 +33,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "a host memcpy and CPU peers; then the HTTP service end to end (latency, requests/s, 16 MiB "
         "throughput) against a bare uvicorn echo and a raw loopback socket; then /v2 with tritonclient against "
         "MLServer and the echo; writes a Markdown report.")
-    parser.add_argument("--only", choices=("kernels", "service", "v2", "grpc", "types64", "accuracy", "graphs"), default=None,
+    parser.add_argument("--only", choices=tuple(PARTS), default=None,
                         help="run one part only (default: kernels, then service, then v2, then grpc, then types64: the 64-bit "
-                        "kernels, then accuracy: FLOAT64's ulp against mpmath, then graphs)")
+                        "kernels, then accuracy: FLOAT64's ulp against mpmath, then graphs, then triton: vkact beside Triton Inference Server)")
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="kernels: log2 element counts (default 20,24)")
     parser.add_argument("--repeat", type=int, default=10, help=f"kernels: timed runs of each measurement, after {WARMUP} warm-up runs")
     parser.add_argument("--ops", type=_csv, default=None, help="kernels: operators by short name, e.g. shrink,celu (default: all)")
@@ -268,8 +268,17 @@ def run_graphs(args: argparse.Namespace) -> None:
     _write(args.out, d.name, graphs.section(d.name, header, log2, results, exact), "graphs")
 
 
+def run_triton(args: argparse.Namespace) -> None:
+    from . import triton, triton_report
+
+    result = triton.run()
+    name = result.device["name"]
+    _write(args.out, name, triton_report.section(name, triton_report.header(result, _machine()), result,
+                                                 _targets_apply(result.device)), "triton")
+
+
 PARTS = {"kernels": run_kernels, "service": run_service, "v2": run_v2, "grpc": run_grpc,
-         "types64": run_types64, "accuracy": run_accuracy, "graphs": run_graphs}
+         "types64": run_types64, "accuracy": run_accuracy, "graphs": run_graphs, "triton": run_triton}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,8 @@ TARGET_LATENCY = 1.5       # vkact's 1,024-element requests: p50 at most this mu
 PREAMBLE = f"""# vkact benchmark
 
 Written by `make bench` (`python -m bench`; `--only kernels`, `--only service`, `--only v2`, `--only grpc`
-or `--only types64`, `--only accuracy`, `--only graphs` runs one part). Each Vulkan device has a kernel
+or `--only types64`, `--only accuracy`, `--only graphs`, `--only triton` runs one part; `python -m bench.profile`
+profiles the service). Each Vulkan device has a kernel
 section, a service section, Open Inference Protocol sections (HTTP, gRPC), a section of the 64-bit
 kernels (FLOAT64, INT64, UINT64, native and emulated in 32-bit words), FLOAT64's accuracy and a graphs
 section (fused graphs against their nodes one by one); a run replaces only the sections it measured, on
@@ -150,6 +151,41 @@ and next to the same two MLServers' gRPC servers (messages up to 64 MiB), all me
 - **target**: vkact gRPC serves ≥ 3× the requests/s of the faster MLServer gRPC with 8 concurrent
   clients on 1,024-element requests (PASS or BELOW), judged on h2load's figures when h2load is there.
 
+## vkact beside Triton Inference Server
+
+`python -m bench --only triton` (`bench/triton.py`): Triton 2.51 from PyPI's `nvidia-pytriton` (its own
+virtual environment, `~/.cache/vkact/triton`, made on the first run; the Python-backend stub of that
+Python beside `libtriton_python.so`), serving SHRINK as a Triton user serves a custom operator: a
+Python-backend `model.py` in numpy, FLOAT32, Bias 0.5, Threshold 0.5 (`bench/triton_server.py` writes
+the model repository). vkact serves `shrink`, sent the same Bias and Threshold as request parameters;
+both servers get the very same request bytes and are up at once, and every measurement alternates
+them. Every answer is checked against numpy before anything is timed, and under load too (wrk's Lua
+script compares every answer with the checked one; h2load's answers are checked by their bytes).
+
+- **requests/s**: wrk (1 thread, 8 connections) on `/v2` HTTP, binary and JSON; h2load (8 connections
+  of one stream) on gRPC ModelInfer; 1,024 FLOAT32 elements; 6 rounds of 4 s per target, the two
+  servers in ABBA order; the ratio is the median of the rounds' ratios.
+- **sequential**: tritonclient.http (binary) and tritonclient.grpc, one request at a time (p50, p99,
+  CPU per request by process); vkact's `/v1` and the bare echo beside them.
+- **16 MiB**: tritonclient.http with binary data and with system shared memory (tritonclient's shm
+  utilities, a region registered with each server), MB/s each way, alternated rounds.
+- **targets** (issue 25): `/v2` HTTP binary and gRPC requests/s ≥ 1.5× Triton's; sequential p50 no
+  higher than Triton's (HTTP and gRPC); 16 MiB over HTTP ≥ 3× Triton's MB/s, and with shared memory
+  ahead of Triton's; `/v1` p50 within 1.2× the bare echo's (PASS or BELOW). Without Triton (no
+  network for its first set-up, a start that fails) the section says why and the other parts run.
+  MLServer's ratios, measured alike with Python clients, are in the two sections above.
+
+## Where a small request's CPU goes (profile)
+
+`python -m bench.profile [--label before|after]` (`bench/profile.py`; py-spy from the bench extra,
+linux-perf and wrk installed from Debian on first use): vkact under wrk (`/v2` HTTP binary) and h2load
+(gRPC), 1,024 FLOAT32 elements, 8 connections; each process's CPU per request from `/proc` in a plain
+run, divided by library with perf (kernel, interpreter, uvloop, lavapipe, ...) and by stage of the
+request with py-spy (each Python stack to the stage of its deepest frame that a rule names). Each
+section is named by its label, so the profile before issue 25's changes and the one after stand side
+by side, each with its list of the biggest costs. On a loaded machine the microseconds per request
+are the robust figures; the requests/s move with the load.
+
 ## FLOAT64 accuracy
 
 Where the device has `shaderFloat64`: each operator's FLOAT64 kernel against its formula in mpmath,
@@ -157,7 +193,7 @@ rounded once to double (`bench/accuracy.py`, the cases `tests/engine/test_float6
 the worst error in ulp over each case's points, against issue 17's bound of 4 ulp (PASS or ABOVE).
 """
 
-_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc|types64|accuracy|graphs): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
+_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc|types64|accuracy|graphs|triton|profile): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
 
 
 @dataclass

@@ -121,6 +121,31 @@ def _tail(text: str, lines: int = 6) -> str:
     return " / ".join(kept[-lines:])[-800:] or "no output"
 
 
+def make_venv(venv: Path, requirements: list[str], timeout: float) -> None:
+    """A new virtual environment at ``venv`` (``python -m venv`` with this interpreter, then pip install
+    ``requirements`` within ``timeout`` seconds), replacing a partial or outdated one of ours; raises
+    Unavailable with the reason (no network, no venv module, ...), leaving nothing behind."""
+    python = venv / "bin" / "python"
+    if venv.exists():
+        shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+        if made.returncode != 0:
+            raise Unavailable(f"python -m venv failed: {_tail(made.stderr + made.stdout)}")
+        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q",
+               "--timeout", "30", "--retries", "2", *requirements]
+        installed = subprocess.run(pip, capture_output=True, text=True, timeout=timeout)
+        if installed.returncode != 0:
+            raise Unavailable(f"pip install {' '.join(requirements)} failed: {_tail(installed.stderr + installed.stdout)}")
+    except subprocess.TimeoutExpired as exc:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise Unavailable(f"installing it took over {exc.timeout:.0f} s") from None
+    except Unavailable:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise
+
+
 def mlserver_env(log: Callable[[str], None] = print) -> MLServerEnv:
     """The cached environment, or a new one (``python -m venv``, then pip); raises Unavailable with the
     reason when it cannot be made (no network, no venv module, ...)."""
@@ -131,24 +156,7 @@ def mlserver_env(log: Callable[[str], None] = print) -> MLServerEnv:
         return MLServerEnv(venv, _venv_versions(python), None)
     log(f"v2: creating MLServer's environment in {venv} ({', '.join(MLSERVER_REQUIREMENTS)}) ...")
     started = time.perf_counter()
-    if venv.exists():
-        shutil.rmtree(venv)  # a partial or outdated one of ours
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
-        if made.returncode != 0:
-            raise Unavailable(f"python -m venv failed: {_tail(made.stderr + made.stdout)}")
-        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q",
-               "--timeout", "30", "--retries", "2", *MLSERVER_REQUIREMENTS]
-        installed = subprocess.run(pip, capture_output=True, text=True, timeout=MLSERVER_INSTALL_TIMEOUT_S)
-        if installed.returncode != 0:
-            raise Unavailable(f"pip install {' '.join(MLSERVER_REQUIREMENTS)} failed: {_tail(installed.stderr + installed.stdout)}")
-    except subprocess.TimeoutExpired as exc:
-        shutil.rmtree(venv, ignore_errors=True)
-        raise Unavailable(f"installing it took over {exc.timeout:.0f} s") from None
-    except Unavailable:
-        shutil.rmtree(venv, ignore_errors=True)
-        raise
+    make_venv(venv, MLSERVER_REQUIREMENTS, MLSERVER_INSTALL_TIMEOUT_S)
     stamp.write_text(wanted)
     seconds = time.perf_counter() - started
     log(f"v2: MLServer's environment ready in {seconds:.0f} s")

@@ -1,0 +1,373 @@
+"""vkact beside Triton Inference Server 2.51 (``python -m bench --only triton``): both up at once on this
+machine, every measurement in alternated rounds, every answer checked against numpy before it is timed.
+
+Triton serves SHRINK as a Triton user serves a custom operator (bench/triton_server.py: a Python-backend
+model in numpy, FLOAT32, Bias 0.5, Threshold 0.5); vkact serves its ``shrink`` model, sent the same Bias
+and Threshold as request parameters. Both get the very same request bytes.
+
+- **HTTP requests/s**: wrk (bench/wrk.py), 1 thread, 8 connections, ``POST /v2/models/shrink/infer``
+  with tritonclient's own request body for 1,024 FLOAT32 elements, binary tensor data and JSON;
+  every answer compared with the checked one.
+- **gRPC requests/s**: h2load (bench/h2load_grpc.py), 8 connections of one stream, the
+  ModelInferRequest tritonclient.grpc sends (raw contents); every answer checked by its bytes.
+- **sequential latency**: one request at a time through tritonclient.http (binary) and tritonclient.grpc
+  (``infer`` plus ``as_numpy``); vkact's ``/v1/execute`` and the bare echo (bench/echo.py, sent /v1's
+  bytes) alongside, for /v1's target.
+- **16 MiB** (2^22 FLOAT32 in and out): tritonclient.http with binary data, and with system shared memory
+  (tritonclient's shm utilities: a region per server, registered, the input written once, the output
+  read back into numpy in every timed request).
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import h2load_grpc as h2
+from . import service as svc
+from . import triton_server as ts
+from . import wrk
+from .timing import Samples, rounds
+
+MODEL = ts.MODEL
+SMALL, LARGE = svc.SMALL, svc.LARGE
+PARAMETERS = {"Bias": ts.BIAS, "Threshold": ts.THRESHOLD}
+CONNECTIONS = 8
+LOAD_ROUNDS, LOAD_SECONDS = int(os.environ.get("VKACT_BENCH_TRITON_ROUNDS", 6)), float(os.environ.get("VKACT_BENCH_TRITON_SECONDS", 4))       # wrk and h2load: per target and round, the targets alternated
+LARGE_WARMUP, LARGE_REPEAT = 1, 6        # 16 MiB requests per target, alternated
+SERVERS = ("vkact", "triton")
+
+# The issue's targets (vkact over Triton, or its bound)
+TARGET_RATE = 1.5          # HTTP binary and gRPC requests/s: at least this
+TARGET_LARGE = 3.0         # 16 MiB over HTTP, MB/s: at least this
+TARGET_V1_ECHO = 1.2       # /v1 p50 over the bare echo's: at most this
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    """SHRINK with Bias 0.5 and Threshold 0.5, in float32 (numpy: the oracle for both servers)."""
+    b, t = np.float32(ts.BIAS), np.float32(ts.THRESHOLD)
+    return np.where(x < -t, x + b, np.where(x > t, x - b, np.float32(0))).astype(np.float32)
+
+
+# -- clients ------------------------------------------------------------------------------------------
+
+
+class HttpCaller:
+    """tritonclient.http, one connection; ``binary``: binary tensor data for the input and the output;
+    ``shm``: both in a system shared memory region of this caller's, registered with the server."""
+
+    def __init__(self, url: str, x: np.ndarray, binary: bool = True, shm: bool = False) -> None:
+        import tritonclient.http as th
+
+        self.x, self._region = x, None
+        self.client = th.InferenceServerClient(url.removeprefix("http://"), connection_timeout=60, network_timeout=600)
+        inp = th.InferInput("InputTensor", list(x.shape), "FP32")
+        out = th.InferRequestedOutput("OutputTensor", binary_data=binary)
+        if shm:
+            import tritonclient.utils.shared_memory as shmu
+
+            self._shm, self.name = shmu, f"bench_{uuid.uuid4().hex[:12]}"
+            self._region = shmu.create_shared_memory_region(self.name, f"/{self.name}", 2 * x.nbytes)
+            shmu.set_shared_memory_region(self._region, [x])
+            self.client.register_system_shared_memory(self.name, f"/{self.name}", 2 * x.nbytes)
+            inp.set_shared_memory(self.name, x.nbytes)
+            out.set_shared_memory(self.name, x.nbytes, offset=x.nbytes)
+        else:
+            inp.set_data_from_numpy(x, binary_data=binary)
+        self._inputs, self._outputs = [inp], [out]
+
+    def __call__(self) -> np.ndarray:
+        result = self.client.infer(MODEL, self._inputs, outputs=self._outputs, parameters=PARAMETERS)
+        if self._region is not None:
+            return self._shm.get_contents_as_numpy(self._region, np.float32, list(self.x.shape), offset=self.x.nbytes)
+        return result.as_numpy("OutputTensor")
+
+    def request(self) -> tuple[bytes, dict[str, str]]:
+        """The body and headers tritonclient sends (what wrk is given)."""
+        import tritonclient.http as th
+
+        body, header_length = th.InferenceServerClient.generate_request_body(self._inputs, self._outputs, parameters=PARAMETERS)
+        headers = {"Content-Type": "application/octet-stream"}
+        if header_length is not None:
+            headers["Inference-Header-Content-Length"] = str(header_length)
+        return bytes(body), headers
+
+    def check(self) -> None:
+        np.testing.assert_array_equal(self(), reference(self.x), err_msg="wrong SHRINK output")
+
+    def close(self) -> None:
+        if self._region is not None:
+            self.client.unregister_system_shared_memory(self.name)
+            self._shm.destroy_shared_memory_region(self._region)
+        self.client.close()
+
+
+class GrpcCaller:
+    """tritonclient.grpc, one channel, raw contents in and out."""
+
+    def __init__(self, address: str, x: np.ndarray) -> None:
+        import tritonclient.grpc as tg
+
+        self.x, self.address = x, address
+        self.client = tg.InferenceServerClient(address)
+        inp = tg.InferInput("InputTensor", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        self._inputs, self._outputs = [inp], [tg.InferRequestedOutput("OutputTensor")]
+
+    def __call__(self) -> np.ndarray:
+        return self.client.infer(MODEL, self._inputs, outputs=self._outputs, parameters=PARAMETERS).as_numpy("OutputTensor")
+
+    def wire(self) -> tuple[bytes, bytes]:
+        """The serialized ModelInferRequest tritonclient sends and the server's serialized answer, checked."""
+        import grpc
+        from tritonclient.grpc import service_pb2
+
+        request = service_pb2.ModelInferRequest(model_name=MODEL)
+        request.inputs.add(name="InputTensor", datatype="FP32", shape=list(self.x.shape))
+        request.outputs.add(name="OutputTensor")
+        for key, value in PARAMETERS.items():
+            request.parameters[key].double_param = value
+        request.raw_input_contents.append(self.x.tobytes())
+        raw = request.SerializeToString()
+        with grpc.insecure_channel(self.address) as channel:
+            answer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(raw)
+        out = service_pb2.ModelInferResponse.FromString(answer).raw_output_contents[0]
+        np.testing.assert_array_equal(np.frombuffer(out, np.float32), reference(self.x), err_msg="wrong SHRINK output")
+        return raw, answer
+
+    def check(self) -> None:
+        np.testing.assert_array_equal(self(), reference(self.x), err_msg="wrong SHRINK output")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def answer_of(url: str, body: bytes, headers: dict[str, str], x: np.ndarray) -> bytes:
+    """The server's answer to this exact request, checked against numpy (tritonclient's own parser)."""
+    import httpx
+    import tritonclient.http as th
+
+    response = httpx.post(f"{url}/v2/models/{MODEL}/infer", content=body, headers={**headers, "Accept-Encoding": "identity"}, timeout=60)
+    if response.status_code != 200:
+        raise RuntimeError(f"{url}: {response.status_code} {response.text[:300]}")
+    length = response.headers.get("Inference-Header-Content-Length")
+    result = th.InferenceServerClient.parse_response_body(response.content, header_length=None if length is None else int(length))
+    np.testing.assert_array_equal(result.as_numpy("OutputTensor"), reference(x), err_msg=f"{url}: wrong SHRINK output")
+    return response.content
+
+
+# -- the run -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    """Summed wrk or h2load runs of one target."""
+    requests: int = 0
+    seconds: float = 0.0
+    rounds: list[float] = field(default_factory=list)   # requests/s, per round
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by role ("server", "worker") over the rounds
+    p50: list[float] = field(default_factory=list)   # wrk's, per round
+    p99: list[float] = field(default_factory=list)
+
+    @property
+    def per_second(self) -> float:
+        return self.requests / self.seconds
+
+    def cpu_us(self, role: str) -> float | None:
+        """CPU per request of one of the server's processes under this load."""
+        value = self.cpu.get(role)
+        return None if value is None or math.isnan(value) else value / self.requests * 1e6
+
+
+@dataclass
+class TritonResult:
+    device: dict[str, Any]
+    env: ts.TritonEnv | None
+    reason: str | None                      # why Triton is missing, when it is
+    load: dict[str, Load]                   # "vkact http binary", "triton grpc", ...
+    load_reason: dict[str, str]             # per kind ("http binary", "grpc", ...), why it has no figures
+    latency: dict[str, Samples]
+    cpu: dict[str, svc.Cpu]
+    large: dict[str, Samples]
+    tensor_bytes: int
+    loadavg: tuple[float, float]
+    seconds: float
+
+    def ratio(self, kind: str) -> float | None:
+        """vkact's requests/s over Triton's for one kind of load: the median of the rounds' ratios (each
+        round's two runs side by side; on a shared machine the load drifts between rounds)."""
+        v, t = self.load.get(f"vkact {kind}"), self.load.get(f"triton {kind}")
+        return None if v is None or t is None else statistics.median(a / b for a, b in zip(v.rounds, t.rounds))
+
+    def p50_ratio(self, kind: str) -> float | None:
+        """vkact's sequential p50 over Triton's (below 1: vkact answers sooner)."""
+        v, t = self.latency.get(f"vkact {kind}"), self.latency.get(f"triton {kind}")
+        return None if v is None or t is None else v.median / t.median
+
+    def large_ratio(self, kind: str) -> float | None:
+        """vkact's 16 MiB MB/s over Triton's: the median of the rounds' ratios (adjacent requests)."""
+        v, t = self.large.get(f"vkact {kind}"), self.large.get(f"triton {kind}")
+        return None if v is None or t is None else statistics.median(b / a for a, b in zip(v.seconds, t.seconds))
+
+    @property
+    def v1_echo(self) -> float:
+        return self.latency["vkact v1"].median / self.latency["echo v1"].median
+
+
+def _stub_pid(server_pid: int) -> int | None:
+    """Triton's Python-backend stub: the child process of tritonserver that runs the model."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == server_pid \
+                    and b"triton_python_backend_stub" in (stat.parent / "cmdline").read_bytes():
+                return int(stat.parent.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+@contextmanager
+def _maybe_triton(log: Callable[[str], None]) -> Iterator[tuple[svc.Server | None, ts.TritonEnv | None, str | None]]:
+    """Triton started, or None and why not (only its start is guarded: an error while measuring propagates)."""
+    with ExitStack() as stack:
+        try:
+            env = ts.environment(log)
+            server = stack.enter_context(ts.server(env))
+        except (ts.Unavailable, OSError) as exc:
+            log(f"triton: not available: {exc}")
+            stack.close()
+            yield None, None, str(exc)
+            return
+        yield server, env, None
+
+
+def _load_rounds(plans: dict[str, Callable[[], Any]], pids: dict[str, dict[str, int | None]], log: Callable[[str], None]
+                 ) -> tuple[dict[str, Load], str | None]:
+    """LOAD_ROUNDS rounds, each target once per round in turn; ``plans``: target -> one timed run;
+    ``pids``: target -> its processes by role, whose CPU time during the runs is added up."""
+    out: dict[str, Load] = {}
+    try:
+        for r in range(LOAD_ROUNDS):
+            order = list(plans.items())
+            for key, run in order[::-1] if r % 2 else order:   # ABBA: neither target always goes first
+                before = {role: svc.cpu_seconds(pid) if pid else math.nan for role, pid in pids[key].items()}
+                done = run()
+                load = out.setdefault(key, Load())
+                for role, pid in pids[key].items():
+                    load.cpu[role] = load.cpu.get(role, 0.0) + (svc.cpu_seconds(pid) if pid else math.nan) - before[role]
+                load.requests += done.requests
+                load.seconds += done.seconds
+                load.rounds.append(done.per_second)
+                if isinstance(done, wrk.WrkRun):
+                    load.p50.append(done.p50_s)
+                    load.p99.append(done.p99_s)
+            log(f"triton:   round {r + 1}: " + ", ".join(f"{k} {v.rounds[-1]:.0f}/s" for k, v in out.items()))
+    except (wrk.Failed, h2.Unavailable) as exc:
+        return {}, str(exc)
+    return out, None
+
+
+def measure(vkact: svc.Server, echo: svc.Server, triton: svc.Server | None, log: Callable[[str], None] = print
+            ) -> tuple[dict[str, Load], dict[str, str], dict[str, Samples], dict[str, svc.Cpu], dict[str, Samples]]:
+    """Every measurement on the servers given (Triton's rows missing without it)."""
+    from . import tools
+
+    rng = np.random.default_rng(2025)
+    small_x, large_x = rng.standard_normal(SMALL, dtype=np.float32), rng.standard_normal(LARGE, dtype=np.float32)
+    servers = {"vkact": vkact} | ({"triton": triton} if triton else {})
+
+    pids: dict[str, dict[str, int | None]] = {
+        "vkact": {"server": vkact.process.pid, "worker": svc.device_worker(vkact.process.pid)}}
+    if triton:
+        pids["triton"] = {"server": triton.process.pid, "worker": _stub_pid(triton.process.pid)}
+    reasons: dict[str, str] = {}
+    plans: dict[str, dict[str, Callable[[], Any]]] = {}
+    try:
+        tools.ensure("wrk")
+    except tools.Missing as exc:
+        reasons["http"] = str(exc)
+    for encoding, binary in (("binary", True), ("json", False)):
+        kind = f"http {encoding}"
+        if "http" in reasons:
+            break
+        plan = plans.setdefault(kind, {})
+        for name, server in servers.items():
+            call = HttpCaller(server.url, small_x, binary)
+            try:
+                body, headers = call.request()
+                call.check()
+            finally:
+                call.close()
+            answer = answer_of(server.url, body, headers, small_x)
+            url = f"{server.url}/v2/models/{MODEL}/infer"
+            plan[f"{name} {kind}"] = lambda url=url, body=body, headers=headers, answer=answer: wrk.run(
+                url, body, headers, answer, CONNECTIONS, LOAD_SECONDS)
+    grpc_plan: dict[str, Callable[[], Any]] = {}
+    for name, server in servers.items():
+        raw, answer = GrpcCaller(server.grpc, small_x).wire()
+        grpc_plan[f"{name} grpc"] = lambda address=server.grpc, raw=raw, n=len(answer): h2.run(address, raw, n, CONNECTIONS, LOAD_SECONDS)
+    plans["grpc"] = grpc_plan
+
+    load: dict[str, Load] = {}
+    for kind, plan in plans.items():
+        log(f"triton: {kind}, {CONNECTIONS} connections, {LOAD_ROUNDS} rounds of {LOAD_SECONDS:g} s per target")
+        got, why = _load_rounds(plan, {key: pids[key.split()[0]] for key in plan}, log)
+        load |= got
+        if why:
+            reasons[kind] = why
+
+    log(f"triton: sequential latency, {SMALL} elements")
+    callers: dict[str, Any] = {}
+    v1 = svc.payload(vkact.url, small_x, "binary")
+    with svc._http(vkact.url) as vk_http, svc._http(echo.url) as echo_http:
+        svc.check(svc.post(vk_http, v1), v1, False)
+        svc.check(svc.post(echo_http, v1), v1, True)
+        try:
+            for name, server in servers.items():
+                callers[f"{name} http"] = HttpCaller(server.url, small_x)
+                callers[f"{name} grpc"] = GrpcCaller(server.grpc, small_x)
+            for call in callers.values():
+                call.check()
+            tasks = {key: (call, pids[key.split()[0]]) for key, call in callers.items()}
+            tasks["vkact v1"] = (lambda: svc.post(vk_http, v1), pids["vkact"])
+            tasks["echo v1"] = (lambda: svc.post(echo_http, v1), {"server": echo.process.pid})
+            latency, cpu = svc._latency(tasks)
+        finally:
+            for call in callers.values():
+                call.close()
+
+    log(f"triton: 16 MiB ({LARGE} elements), binary and system shared memory, {LARGE_REPEAT} alternated rounds")
+    large_callers: dict[str, HttpCaller] = {}
+    try:
+        for name, server in servers.items():
+            large_callers[f"{name} binary"] = HttpCaller(server.url, large_x)
+            large_callers[f"{name} shm"] = HttpCaller(server.url, large_x, shm=True)
+        for call in large_callers.values():
+            call.check()
+        large = rounds(list(large_callers.items()), LARGE_WARMUP, LARGE_REPEAT)
+    finally:
+        for call in large_callers.values():
+            call.close()
+    return load, reasons, latency, cpu, large
+
+
+def run(log: Callable[[str], None] = print) -> TritonResult:
+    import httpx
+
+    started, loadavg = time.perf_counter(), os.getloadavg()[0]
+    with svc.servers() as (vkact, echo), _maybe_triton(log) as (triton, env, reason):
+        device = httpx.get(vkact.url + "/v1/device", timeout=30).json()
+        log(f"triton: vkact at {vkact.url} (gRPC {vkact.grpc})"
+            + (f", Triton {env.version} at {triton.url} (gRPC {triton.grpc})" if triton and env else ""))
+        load, reasons, latency, cpu, large = measure(vkact, echo, triton, log)
+    return TritonResult(device, env, reason, load, reasons, latency, cpu, large, 2 * LARGE * 4,
+                        (loadavg, os.getloadavg()[0]), time.perf_counter() - started)
