@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import numpy as np
 
 from . import framing
 from .config import Settings
-from .cpu_placement import PROCESS_CPUS, set_thread_cpus
+from .cpu_placement import PROCESS_CPUS, LoadPlacement, set_thread_cpus, thread_ids
 from .device_tuning import tuning_for
 from .errors import VkactError
 from .framing import Template
@@ -191,14 +192,16 @@ def _buffers(mappings: dict[str, Mapping], path: str, size: int, inputs, output:
     return [array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]
 
 
-def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], nice: int, inline: bool = False) -> Any:
+def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], nice: int, inline: bool = False,
+                 threads: set[int] | None = None) -> Any:
     """An Engine, made in a short-lived thread at niceness ``nice`` (``worker_nice`` on a CPU device,
     device_tuning) on ``cpus``: niceness and affinity
     are per thread on Linux and the threads a driver starts inherit both, so a CPU driver's threads
     (lavapipe's) yield to the HTTP process while this process's own thread, which takes jobs and
     submits them, keeps the default priority (measured, 8 clients of 1,024-element requests on 2
     cores: 1.5x the requests/s of a wholly niced worker). ``inline``: llvmpipe without a compute pool
-    (LP_NUM_THREADS=0, read when its device is made), for one-workgroup dispatches."""
+    (LP_NUM_THREADS=0, read when its device is made), for one-workgroup dispatches. ``threads``, when
+    given, is told the ids of the threads the driver started for it."""
     made: list[Any] = []
 
     def build() -> None:
@@ -207,8 +210,11 @@ def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozen
         saved = os.environ.get("LP_NUM_THREADS")
         if inline:
             os.environ["LP_NUM_THREADS"] = "0"
+        before = thread_ids()
         try:
             made.append(make(config))
+            if threads is not None:
+                threads.update(thread_ids() - before - {threading.get_native_id()})
         except BaseException as exc:  # noqa: BLE001 - re-raised in the worker's thread
             made.append(exc)
         finally:
@@ -224,6 +230,18 @@ def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozen
         raise made[0]
     made[0].adopt()  # the worker's thread uses it from now on
     return made[0]
+
+
+def _await_message(reader: framing.Reader, poller: select.poll, placement: LoadPlacement) -> None:
+    """Tell ``placement`` whether the next message was there at once, and whether none came for a while;
+    the message is then read by ``reader.next()``."""
+    if reader.has_message() or poller.poll(0):
+        placement.waited(False)
+        return
+    placement.waited(True)
+    back_after = placement.back_after_s
+    if back_after is not None and not poller.poll(back_after * 1000):
+        placement.idle()
 
 
 def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: frozenset[int] = frozenset()) -> None:
@@ -244,8 +262,12 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
     if cpu is not None and not set_thread_cpus({cpu}):
         cpu = None
     small = None
+    small_threads: set[int] = set()
     if tuning.small_dispatch_engine:
-        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, nice, inline=True)
+        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, nice, inline=True, threads=small_threads)
+    placement = None
+    if cpu is not None and cpus - {cpu}:  # pinned: away from the event loop's CPU while requests queue up
+        placement = LoadPlacement(cpu, frozenset(cpus - {cpu}), frozenset({threading.get_native_id(), *small_threads}))
     engines = _Engines(engine, small)
     variants = engines.load_shaders()
     fd = conn.fileno()
@@ -265,8 +287,12 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
     })
     mappings: dict[str, Mapping] = {}
     reader = framing.Reader(fd)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
         try:
+            if placement is not None:
+                _await_message(reader, poller, placement)
             msg = reader.next()
         except EOFError:  # the HTTP process is gone
             break

@@ -129,3 +129,39 @@ def test_the_worker_takes_its_devices_paths(http):
     assert device["small_dispatch_engine"] == tuning.small_dispatch_engine
     assert device["max_batch"] == (int(os.environ.get("VKACT_MAX_BATCH", "0")) or tuning.max_batch)
     assert device["workgroup_size"] & (device["workgroup_size"] - 1) == 0
+
+
+@several_cpus
+def test_load_placement_moves_the_threads_away_under_a_queue_and_back_when_idle():
+    """LoadPlacement (the device worker's job thread and small-dispatch engine threads): messages found
+    waiting AWAY_AFTER times more than waited for move its threads off the event loop's CPU; a wait
+    that blocks keeps them there; an idle pipe brings them back."""
+    import threading
+
+    from service.cpu_placement import AWAY_AFTER, LoadPlacement
+
+    near, far = max(CPUS), frozenset(CPUS - {max(CPUS)})
+    seen: list[frozenset[int]] = []
+
+    def thread() -> None:  # a thread of our own, so the test's thread keeps its CPUs
+        placement = LoadPlacement(near, far, frozenset({threading.get_native_id()}))
+        os.sched_setaffinity(0, {near})
+        for _ in range(AWAY_AFTER - 1):
+            placement.waited(False)
+        placement.waited(True)           # one wait blocked: not a queue yet
+        placement.waited(False)
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        assert placement.back_after_s is None and not placement.away
+        placement.waited(False)
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        assert placement.away and placement.back_after_s is not None
+        placement.waited(True)           # away, a wait alone does not bring it back: idle() does
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        placement.idle()
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        assert placement.moves == 2
+
+    t = threading.Thread(target=thread)
+    t.start()
+    t.join()
+    assert seen == [frozenset({near}), far, far, frozenset({near})]
