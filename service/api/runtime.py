@@ -15,6 +15,7 @@ from ..config import Settings
 from ..inflight import InflightBudget
 from ..shared_memory import SharedMemoryRegistry
 from .header_cache import HeaderCache
+from ..dataplane.deadlines import Deadlines
 from ..dataplane.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -34,9 +35,11 @@ class Runtime:
     grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
     batching: dict[type[OperatorDesc], Batching] = field(default_factory=dict)  # set by load_model with a config
     inflight: InflightBudget = field(init=False)  # request bytes in flight, HTTP's and gRPC's (VKACT_INFLIGHT_BYTES)
+    deadlines: Deadlines = field(init=False)  # every execution's request_timeout_s, on one timer
 
     def __post_init__(self) -> None:
         self.inflight = InflightBudget(self.settings.inflight_limit)
+        self.deadlines = Deadlines(self.settings.request_timeout_s)
 
 
 def runtime(connection: HTTPConnection) -> Runtime:
