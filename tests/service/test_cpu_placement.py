@@ -165,3 +165,38 @@ def test_load_placement_moves_the_threads_away_under_a_queue_and_back_when_idle(
     t.start()
     t.join()
     assert seen == [frozenset({near}), far, far, frozenset({near})]
+
+
+def test_a_batch_of_one_workgroup_jobs_runs_on_the_inline_engine(engine):
+    """Jobs that each run on the small-dispatch engine alone run there as a batch too (one dispatch of
+    a few workgroups on its submit thread), each answer numpy's; the main engine dispatches nothing."""
+    import pickle
+    import tempfile
+
+    from service.engine import Engine
+    from service.slots import Mapping
+    from service.worker_process import _Engines, _make_engine
+
+    if engine.device.driver_name != "llvmpipe":
+        pytest.skip("the inline engine is for llvmpipe")
+    small = _make_engine(Engine, engine.settings, CPUS, engine.settings.worker_nice, inline=True)
+    op = make_op("SHRINK", np.float32, (1, 1, 1, 1024), Bias=0.25, Threshold=0.75)
+    key, step = pickle.dumps(op), 2 * op.output.total_bytes
+    xs = [np.random.default_rng(i).standard_normal(1024, dtype=np.float32) for i in range(4)]
+    path = os.path.join(tempfile.gettempdir(), f"vkact-test-batch-{os.getpid()}")
+    mapping = Mapping(path, step * len(xs), True)
+    try:
+        for i, x in enumerate(xs):
+            mapping.array[i * step : i * step + x.nbytes] = x.view(np.uint8)
+        jobs = [(i, key, path, step * len(xs), [(i * step, x.nbytes)], (i * step + x.nbytes, x.nbytes), False) for i, x in enumerate(xs)]
+        main_before, small_before = engine.stats.dispatches, small.stats.dispatches
+        replies = _Engines(engine, small).run_jobs({path: mapping}, jobs)
+        assert [r[:2] for r in replies] == [(i, "done") for i in range(len(xs))] and replies[0][3] == len(xs)
+        assert (engine.stats.dispatches - main_before, small.stats.dispatches - small_before) == (0, 1)
+        for i, x in enumerate(xs):
+            got = mapping.array[i * step + x.nbytes : (i + 1) * step].view(np.float32)
+            np.testing.assert_array_equal(got, np.where(x < -0.75, x + 0.25, np.where(x > 0.75, x - 0.25, 0)).astype(np.float32))
+    finally:
+        os.unlink(path)
+        mapping.close()
+        small.close()
