@@ -6,8 +6,10 @@ dispatches that thread also runs the workgroup: see worker_process.py). Each han
 different CPUs is an inter-processor wake-up, and on a virtual machine waking an idle vCPU costs tens
 of microseconds: a 1,024-element dispatch takes 52 us through lavapipe with its threads free and
 17.5 us with them on one CPU (measured on the 2-vCPU CI machine). So with ``pin_cpu`` the event
-loop, the job thread and the small-dispatch engine's threads share one CPU; the threads of the
-engine for larger dispatches stay free, so large kernels keep every CPU.
+loop, the job thread and the small-dispatch engine's threads share one CPU while requests come one at
+a time, and the job thread and that engine's threads move to the other CPUs while they queue up
+(LoadPlacement); the threads of the engine for larger dispatches stay free, so large kernels keep
+every CPU.
 
 Only Linux has per-thread affinity through ``os.sched_setaffinity``; elsewhere nothing is pinned.
 """
