@@ -101,11 +101,6 @@ class LoadPlacement:
         self._score = 0
         self.moves = 0
 
-    @property
-    def back_after_s(self) -> float | None:
-        """How long the job thread may wait for a message before it should come back (None: no limit)."""
-        return BACK_AFTER_S if self.away else None
-
     def waited(self, blocked: bool) -> None:
         """A message was there at once (``blocked`` False) or after a wait."""
         if self.away:
@@ -115,7 +110,7 @@ class LoadPlacement:
             self._move(True)
 
     def idle(self) -> None:
-        """The pipe stayed empty for back_after_s."""
+        """The pipe stayed empty for BACK_AFTER_S while away."""
         if self.away:
             self._move(False)
 

@@ -11,6 +11,7 @@ import os
 import pickle
 import select
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -20,7 +21,7 @@ import numpy as np
 
 from . import framing
 from .config import Settings
-from .cpu_placement import PROCESS_CPUS, LoadPlacement, set_thread_cpus, thread_ids
+from .cpu_placement import BACK_AFTER_S, PROCESS_CPUS, LoadPlacement, set_thread_cpus, thread_ids
 from .device_tuning import tuning_for
 from .errors import VkactError
 from .framing import Template
@@ -31,6 +32,7 @@ from .vulkan_probe import choose, physical_devices
 log = logging.getLogger("vkact.worker_process")
 from .limits import OPS_CACHED
 from .limits import GRAPHS_CACHED
+READ_AT_ONCE_S = 20e-6  # a read of a message already there: a system call, no wake-up
 
 
 class _Engines:
@@ -236,16 +238,22 @@ def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozen
     return made[0]
 
 
-def _await_message(reader: framing.Reader, poller: select.poll, placement: LoadPlacement) -> None:
-    """Tell ``placement`` whether the next message was there at once, and whether none came for a while;
-    the message is then read by ``reader.next()``."""
-    if reader.has_message() or poller.poll(0):
+def _next_message(reader: framing.Reader, poller: select.poll, placement: LoadPlacement | None) -> tuple:
+    """The next message, telling ``placement`` whether it was there at once and whether none came for
+    a while. Near the event loop no system call is added to the blocking read (one request at a time
+    pays for every one): a read that returns within READ_AT_ONCE_S found its message waiting, as one
+    that blocked takes a wake-up at least."""
+    if placement is None:
+        return reader.next()
+    if reader.has_message():
         placement.waited(False)
-        return
-    placement.waited(True)
-    back_after = placement.back_after_s
-    if back_after is not None and not poller.poll(back_after * 1000):
+        return reader.next()
+    if placement.away and not poller.poll(BACK_AFTER_S * 1000):
         placement.idle()
+    started = time.perf_counter()
+    msg = reader.next()
+    placement.waited(time.perf_counter() - started > READ_AT_ONCE_S)
+    return msg
 
 
 def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: frozenset[int] = frozenset()) -> None:
@@ -295,9 +303,7 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
     poller.register(fd, select.POLLIN)
     while True:
         try:
-            if placement is not None:
-                _await_message(reader, poller, placement)
-            msg = reader.next()
+            msg = _next_message(reader, poller, placement)
         except EOFError:  # the HTTP process is gone
             break
         if msg[0] == "stop":
