@@ -279,7 +279,8 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
         small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, nice, inline=True, threads=small_threads)
     placement = None
     if cpu is not None and cpus - {cpu}:  # pinned: away from the event loop's CPU while requests queue up
-        placement = LoadPlacement(cpu, frozenset(cpus - {cpu}), frozenset({threading.get_native_id(), *small_threads}))
+        placement = LoadPlacement(cpu, frozenset(cpus - {cpu}), frozenset({threading.get_native_id(), *small_threads}),
+                                  frozenset(small_threads), nice)
     engines = _Engines(engine, small)
     variants = engines.load_shaders()
     fd = conn.fileno()

@@ -200,3 +200,49 @@ def test_a_batch_of_one_workgroup_jobs_runs_on_the_inline_engine(engine):
         os.unlink(path)
         mapping.close()
         small.close()
+
+
+@several_cpus
+def test_niced_driver_threads_go_away_at_niceness_zero_or_not_at_all():
+    """The small-dispatch engine's threads run niced beside the event loop; away from it they would
+    yield to any other process, so they move at niceness 0 and get their niceness back when they come
+    back; a process that may not lower a niceness keeps everything near."""
+    import threading
+
+    from service.cpu_placement import AWAY_AFTER, LoadPlacement
+
+    near, far = max(CPUS), frozenset(CPUS - {max(CPUS)})
+    ready, done = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def driver() -> None:  # stands for a driver thread, niced as worker_process makes them
+        os.sched_setaffinity(0, {near})
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
+        tids.append(threading.get_native_id())
+        ready.set()
+        done.wait(30)
+
+    t = threading.Thread(target=driver)
+    t.start()
+    try:
+        ready.wait(30)
+        tid = tids[0]
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, 4)  # may this process lower a niceness?
+            allowed = True
+            os.setpriority(os.PRIO_PROCESS, tid, 5)
+        except PermissionError:
+            allowed = False
+        placement = LoadPlacement(near, far, frozenset({tid}), frozenset({tid}), 5)
+        for _ in range(AWAY_AFTER):
+            placement.waited(False)
+        if allowed:
+            assert placement.away and os.getpriority(os.PRIO_PROCESS, tid) == 0 and os.sched_getaffinity(tid) == far
+            placement.idle()
+            assert os.getpriority(os.PRIO_PROCESS, tid) == 5 and os.sched_getaffinity(tid) == {near}
+        else:
+            assert placement.stays and not placement.away and os.sched_getaffinity(tid) == {near}
+            assert os.getpriority(os.PRIO_PROCESS, tid) == 5
+    finally:
+        done.set()
+        t.join()
