@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, description="HTTP worker processes (uvicorn)")
     worker_nice: int = Field(10, ge=0, le=19, description="scheduling niceness of the device driver's threads: on a CPU device (lavapipe) they must not starve the HTTP process's probes")
-    pin_cpu: str = Field("auto", pattern=r"^(auto|off|[0-9]+)$", description="'auto' (on a CPU device with one HTTP process: the last allowed CPU), 'off', or a CPU number: the event loop, the device worker's job thread and its engine for one-workgroup dispatches share that CPU (see service/cpu_placement.py)")
+    pin_cpu: str = Field("auto", pattern=r"^(auto|off|[0-9]+)$", description="'auto' (on a CPU device with one HTTP process: the last allowed CPU), 'off', or a CPU number: the event loop, the device worker's job thread and its engine for one-workgroup dispatches share that CPU, the job thread and that engine moving to the other CPUs while requests queue up (see service/cpu_placement.py)")
     max_batch: int = Field(0, ge=0, le=64, description="queued requests of one descriptor run as one dispatch, up to this many (1: never; 0: the device's default, 8 on a CPU device, 32 on a GPU: service/device_tuning.py)")
     queue_size: int = Field(64, ge=1, description="requests waiting for the device before 503")
     max_body_bytes: int = Field(256 << 20, ge=1024)

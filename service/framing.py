@@ -65,6 +65,11 @@ class Reader:
         self._fill()
         return list(iter(self._take, None))
 
+    def has_message(self) -> bool:
+        """A whole message is already read: ``next()`` returns it without a system call."""
+        buffer = self._buffer
+        return len(buffer) >= _LENGTH.size and len(buffer) >= _LENGTH.size + _LENGTH.unpack_from(buffer)[0]
+
     def next(self) -> tuple:
         msg = self._take()
         while msg is None:

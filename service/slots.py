@@ -128,11 +128,12 @@ class SlotPool:
         return sum(s.mapping.size for s in self.slots)
 
     def acquire(self, nbytes: int) -> Slot:
-        free = [s for s in self.slots if not s.busy]
-        fitting = [s for s in free if s.mapping.size >= nbytes]
-        if fitting:
-            slot = min(fitting, key=lambda s: s.mapping.size)
-        else:
+        slot = None  # the smallest free slot that fits, found in one pass (every request asks)
+        for s in self.slots:
+            if not s.busy and s.mapping.size >= nbytes and (slot is None or s.mapping.size < slot.mapping.size):
+                slot = s
+        if slot is None:
+            free = [s for s in self.slots if not s.busy]
             size = bucket(nbytes)
             if size > self.budget:
                 raise PayloadTooLarge(

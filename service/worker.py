@@ -38,6 +38,7 @@ from .limits import BATCH_BYTES
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
 from .limits import IN_FLIGHT
 from .limits import TEMPLATES
+from .limits import OPS_CACHED
 
 
 LARGE = 1 << 20  # copies above this size run in a thread (numpy releases the GIL) to keep the loop free
@@ -148,6 +149,18 @@ class GraphResult:
         self._job.release()
 
 
+class _Facts:
+    """What every job of one descriptor needs from it, worked out once per canonical key (equal keys,
+    equal descriptors): the descriptor's properties are computed on each read (``concatenable``, the
+    batcher's question for every queued job, about 11 us)."""
+
+    __slots__ = ("output_bytes", "concatenable")
+
+    def __init__(self, op: OperatorDesc) -> None:
+        self.output_bytes = op.output.total_bytes
+        self.concatenable = op.concatenable
+
+
 @dataclass
 class _Job:
     id: int
@@ -158,6 +171,7 @@ class _Job:
     in_place: bool
     future: asyncio.Future = field(repr=False)
     key: bytes = b""  # the pickled descriptor: what crosses to the worker, and its plan cache key
+    concatenable: bool = False  # op.concatenable (see _Facts)
     batchable: bool = False  # may run in one dispatch with the jobs of the same key queued beside it
     batch_limit: int = 1     # jobs in that dispatch at most (the model's, see DeviceWorker.batch_limit)
     waiting: Callable[[int], None] | None = field(default=None, repr=False)  # told +1 queued, -1 out of the queue
@@ -200,6 +214,7 @@ class DeviceWorker:
         self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget, settings.slot_bytes)
         self._trimmed_at = time.monotonic()
         self._templates = _TemplateIds()
+        self._facts: dict[bytes, _Facts] = {}       # by canonical key, OPS_CACHED at most
         self._proc: mp.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._reader: framing.Reader | None = None
@@ -324,12 +339,17 @@ class DeviceWorker:
         (``descriptor_key(op)``), for callers that keep it: the worker caches descriptors and their
         recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
         and -1 when it leaves the queue (to the device, or dropped)."""
+        key = key or descriptor_key(op)
+        facts = self._facts.get(key)
+        if facts is None:
+            facts = self._facts[key] = _Facts(op)
+            if len(self._facts) > OPS_CACHED:
+                del self._facts[next(iter(self._facts))]
         sizes = [a.nbytes for a in inputs]
         offsets, cursor = _lay_out(sizes, 0)
-        out_bytes = op.output.total_bytes
-        output = offsets[0] if in_place else (cursor, out_bytes)
+        output = offsets[0] if in_place else (cursor, facts.output_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
-        job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key or descriptor_key(op))
+        job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key, concatenable=facts.concatenable)
         await self._fill(job, inputs)
         kernel_seconds, batch_size = await self._submit(job, sum(sizes), waiting)
         offset, n = job.output
@@ -378,7 +398,7 @@ class DeviceWorker:
             self._send([job])
         else:  # queued: it may run in one dispatch with others of its descriptor
             job.batch_limit = self.batch_limit(type(job.op)) if job.op is not None else 1
-            job.batchable = job.op is not None and job.batch_limit > 1 and input_bytes <= BATCH_BYTES and job.op.concatenable
+            job.batchable = job.op is not None and job.batch_limit > 1 and input_bytes <= BATCH_BYTES and job.concatenable
             job.waiting = waiting
             if waiting is not None:
                 waiting(1)

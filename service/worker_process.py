@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -19,7 +21,7 @@ import numpy as np
 
 from . import framing
 from .config import Settings
-from .cpu_placement import PROCESS_CPUS, set_thread_cpus
+from .cpu_placement import BACK_AFTER_S, PROCESS_CPUS, LoadPlacement, set_thread_cpus, thread_ids
 from .device_tuning import tuning_for
 from .errors import VkactError
 from .framing import Template
@@ -30,6 +32,7 @@ from .vulkan_probe import choose, physical_devices
 log = logging.getLogger("vkact.worker_process")
 from .limits import OPS_CACHED
 from .limits import GRAPHS_CACHED
+READ_AT_ONCE_S = 20e-6  # a read of a message already there: a system call, no wake-up
 
 
 class _Engines:
@@ -171,14 +174,18 @@ class _Engines:
             return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
 
     def _run_batch(self, mappings: dict[str, Mapping], jobs: list) -> list[tuple]:
-        """Jobs of one descriptor (the HTTP side batches only equal keys) in one dispatch, on the main
-        engine (a batch is larger than its jobs). Their views of the mappings die with this frame, so
-        a later 'forget' can unmap them."""
+        """Jobs of one descriptor (the HTTP side batches only equal keys) in one dispatch, on the engine
+        that runs one of them alone: jobs of one workgroup each make a batch of at most max_batch
+        workgroups, which the small-dispatch engine's submit thread runs sooner than the compute pool
+        wakes (llvmpipe, 1,024-element SHRINK jobs: 2, 4, 8 in a batch 29, 35, 45 us on the main engine,
+        22, 27, 37 on the small one). Their views of the mappings die with this frame, so a later
+        'forget' can unmap them."""
         key = jobs[0][1]
         pairs = [_buffers(mappings, path, size, inputs, output) for _, _, path, size, inputs, output, _ in jobs]
-        before = self.main.stats.kernel_seconds
-        self.main.execute_batch(self.op(key)[0], pairs, key)
-        seconds = self.main.stats.kernel_seconds - before
+        op, engine = self.op(key)
+        before = engine.stats.kernel_seconds
+        engine.execute_batch(op, pairs, key)
+        seconds = engine.stats.kernel_seconds - before
         return [(job[0], "done", seconds, len(jobs)) for job in jobs]
 
 
@@ -191,14 +198,16 @@ def _buffers(mappings: dict[str, Mapping], path: str, size: int, inputs, output:
     return [array[o : o + n] for o, n in inputs], array[output[0] : output[0] + output[1]]
 
 
-def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], nice: int, inline: bool = False) -> Any:
+def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozenset[int], nice: int, inline: bool = False,
+                 threads: set[int] | None = None) -> Any:
     """An Engine, made in a short-lived thread at niceness ``nice`` (``worker_nice`` on a CPU device,
     device_tuning) on ``cpus``: niceness and affinity
     are per thread on Linux and the threads a driver starts inherit both, so a CPU driver's threads
     (lavapipe's) yield to the HTTP process while this process's own thread, which takes jobs and
     submits them, keeps the default priority (measured, 8 clients of 1,024-element requests on 2
     cores: 1.5x the requests/s of a wholly niced worker). ``inline``: llvmpipe without a compute pool
-    (LP_NUM_THREADS=0, read when its device is made), for one-workgroup dispatches."""
+    (LP_NUM_THREADS=0, read when its device is made), for one-workgroup dispatches. ``threads``, when
+    given, is told the ids of the threads the driver started for it."""
     made: list[Any] = []
 
     def build() -> None:
@@ -207,8 +216,11 @@ def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozen
         saved = os.environ.get("LP_NUM_THREADS")
         if inline:
             os.environ["LP_NUM_THREADS"] = "0"
+        before = thread_ids()
         try:
             made.append(make(config))
+            if threads is not None:
+                threads.update(thread_ids() - before - {threading.get_native_id()})
         except BaseException as exc:  # noqa: BLE001 - re-raised in the worker's thread
             made.append(exc)
         finally:
@@ -224,6 +236,24 @@ def _make_engine(make: Callable[[Settings], Any], config: Settings, cpus: frozen
         raise made[0]
     made[0].adopt()  # the worker's thread uses it from now on
     return made[0]
+
+
+def _next_message(reader: framing.Reader, poller: select.poll, placement: LoadPlacement | None) -> tuple:
+    """The next message, telling ``placement`` whether it was there at once and whether none came for
+    a while. Near the event loop no system call is added to the blocking read (one request at a time
+    pays for every one): a read that returns within READ_AT_ONCE_S found its message waiting, as one
+    that blocked takes a wake-up at least."""
+    if placement is None:
+        return reader.next()
+    if reader.has_message():
+        placement.waited(False)
+        return reader.next()
+    if placement.away and not poller.poll(BACK_AFTER_S * 1000):
+        placement.idle()
+    started = time.perf_counter()
+    msg = reader.next()
+    placement.waited(time.perf_counter() - started > READ_AT_ONCE_S)
+    return msg
 
 
 def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: frozenset[int] = frozenset()) -> None:
@@ -244,8 +274,13 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
     if cpu is not None and not set_thread_cpus({cpu}):
         cpu = None
     small = None
+    small_threads: set[int] = set()
     if tuning.small_dispatch_engine:
-        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, nice, inline=True)
+        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, nice, inline=True, threads=small_threads)
+    placement = None
+    if cpu is not None and cpus - {cpu}:  # pinned: away from the event loop's CPU while requests queue up
+        placement = LoadPlacement(cpu, frozenset(cpus - {cpu}), frozenset({threading.get_native_id(), *small_threads}),
+                                  frozenset(small_threads), nice)
     engines = _Engines(engine, small)
     variants = engines.load_shaders()
     fd = conn.fileno()
@@ -265,9 +300,11 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
     })
     mappings: dict[str, Mapping] = {}
     reader = framing.Reader(fd)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
         try:
-            msg = reader.next()
+            msg = _next_message(reader, poller, placement)
         except EOFError:  # the HTTP process is gone
             break
         if msg[0] == "stop":

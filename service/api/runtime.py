@@ -15,6 +15,7 @@ from ..config import Settings
 from ..inflight import InflightBudget
 from ..shared_memory import SharedMemoryRegistry
 from .header_cache import HeaderCache
+from ..dataplane.deadlines import Deadlines
 from ..dataplane.graph_models import GraphModels
 from ..dataplane.metrics import Metrics
 
@@ -36,10 +37,12 @@ class Runtime:
     batching: dict[type[OperatorDesc], Batching] = field(default_factory=dict)  # set by load_model with a config
     inflight: InflightBudget = field(init=False)  # request bytes in flight, HTTP's and gRPC's (VKACT_INFLIGHT_BYTES)
     graphs: GraphModels = field(init=False)  # graph models loaded through the repository extension
+    deadlines: Deadlines = field(init=False)  # every execution's request_timeout_s, on one timer
 
     def __post_init__(self) -> None:
         self.inflight = InflightBudget(self.settings.inflight_limit)
         self.graphs = GraphModels(self.settings, self.metrics.triton)
+        self.deadlines = Deadlines(self.settings.request_timeout_s)
 
 
 def runtime(connection: HTTPConnection) -> Runtime:

@@ -33,18 +33,18 @@ async def execute(
     once on the device it runs to the end either way."""
     worker = state.worker
     assert worker is not None
-    timeout = state.settings.request_timeout_s
+    deadlines = state.deadlines
     task = asyncio.current_task()
     assert task is not None
     stopped: list[str] = []   # why this request's task was cancelled, by us
     finished = False
 
-    def stop(reason: str) -> None:
+    def stop(reason: str = "timeout") -> None:
         if not finished and not stopped:
             stopped.append(reason)
             task.cancel()
 
-    timer = asyncio.get_running_loop().call_later(timeout, stop, "timeout")
+    deadline = deadlines.add(stop)
     watcher = None
     if departure is not None and (not worker.idle or sum(b.nbytes for b in buffers) > LARGE):
         watcher = asyncio.ensure_future(departure())
@@ -57,10 +57,10 @@ async def execute(
         if stopped[0] == "gone":
             state.metrics.triton.failure(op)
             return None
-        raise Timeout(f"no answer from the device within {timeout} s") from None
+        raise Timeout(f"no answer from the device within {deadlines.seconds} s") from None
     finally:
         finished = True
-        timer.cancel()
+        deadlines.done(deadline)
         if watcher is not None:
             watcher.cancel()
 

@@ -129,3 +129,120 @@ def test_the_worker_takes_its_devices_paths(http):
     assert device["small_dispatch_engine"] == tuning.small_dispatch_engine
     assert device["max_batch"] == (int(os.environ.get("VKACT_MAX_BATCH", "0")) or tuning.max_batch)
     assert device["workgroup_size"] & (device["workgroup_size"] - 1) == 0
+
+
+@several_cpus
+def test_load_placement_moves_the_threads_away_under_a_queue_and_back_when_idle():
+    """LoadPlacement (the device worker's job thread and small-dispatch engine threads): messages found
+    waiting AWAY_AFTER times more than waited for move its threads off the event loop's CPU; a wait
+    that blocks keeps them there; an idle pipe brings them back."""
+    import threading
+
+    from service.cpu_placement import AWAY_AFTER, LoadPlacement
+
+    near, far = max(CPUS), frozenset(CPUS - {max(CPUS)})
+    seen: list[frozenset[int]] = []
+
+    def thread() -> None:  # a thread of our own, so the test's thread keeps its CPUs
+        placement = LoadPlacement(near, far, frozenset({threading.get_native_id()}))
+        os.sched_setaffinity(0, {near})
+        for _ in range(AWAY_AFTER - 1):
+            placement.waited(False)
+        placement.waited(True)           # one wait blocked: not a queue yet
+        placement.waited(False)
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        assert not placement.away
+        placement.waited(False)
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        assert placement.away
+        placement.waited(True)           # away, a wait alone does not bring it back: idle() does
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        placement.idle()
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        assert placement.moves == 2
+
+    t = threading.Thread(target=thread)
+    t.start()
+    t.join()
+    assert seen == [frozenset({near}), far, far, frozenset({near})]
+
+
+def test_a_batch_of_one_workgroup_jobs_runs_on_the_inline_engine(engine):
+    """Jobs that each run on the small-dispatch engine alone run there as a batch too (one dispatch of
+    a few workgroups on its submit thread), each answer numpy's; the main engine dispatches nothing."""
+    import pickle
+    import tempfile
+
+    from service.engine import Engine
+    from service.slots import Mapping
+    from service.worker_process import _Engines, _make_engine
+
+    if engine.device.driver_name != "llvmpipe":
+        pytest.skip("the inline engine is for llvmpipe")
+    small = _make_engine(Engine, engine.settings, CPUS, engine.settings.worker_nice, inline=True)
+    op = make_op("SHRINK", np.float32, (1, 1, 1, 1024), Bias=0.25, Threshold=0.75)
+    key, step = pickle.dumps(op), 2 * op.output.total_bytes
+    xs = [np.random.default_rng(i).standard_normal(1024, dtype=np.float32) for i in range(4)]
+    path = os.path.join(tempfile.gettempdir(), f"vkact-test-batch-{os.getpid()}")
+    mapping = Mapping(path, step * len(xs), True)
+    try:
+        for i, x in enumerate(xs):
+            mapping.array[i * step : i * step + x.nbytes] = x.view(np.uint8)
+        jobs = [(i, key, path, step * len(xs), [(i * step, x.nbytes)], (i * step + x.nbytes, x.nbytes), False) for i, x in enumerate(xs)]
+        main_before, small_before = engine.stats.dispatches, small.stats.dispatches
+        replies = _Engines(engine, small).run_jobs({path: mapping}, jobs)
+        assert [r[:2] for r in replies] == [(i, "done") for i in range(len(xs))] and replies[0][3] == len(xs)
+        assert (engine.stats.dispatches - main_before, small.stats.dispatches - small_before) == (0, 1)
+        for i, x in enumerate(xs):
+            got = mapping.array[i * step + x.nbytes : (i + 1) * step].view(np.float32)
+            np.testing.assert_array_equal(got, np.where(x < -0.75, x + 0.25, np.where(x > 0.75, x - 0.25, 0)).astype(np.float32))
+    finally:
+        os.unlink(path)
+        mapping.close()
+        small.close()
+
+
+@several_cpus
+def test_niced_driver_threads_go_away_at_niceness_zero_or_not_at_all():
+    """The small-dispatch engine's threads run niced beside the event loop; away from it they would
+    yield to any other process, so they move at niceness 0 and get their niceness back when they come
+    back; a process that may not lower a niceness keeps everything near."""
+    import threading
+
+    from service.cpu_placement import AWAY_AFTER, LoadPlacement
+
+    near, far = max(CPUS), frozenset(CPUS - {max(CPUS)})
+    ready, done = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def driver() -> None:  # stands for a driver thread, niced as worker_process makes them
+        os.sched_setaffinity(0, {near})
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
+        tids.append(threading.get_native_id())
+        ready.set()
+        done.wait(30)
+
+    t = threading.Thread(target=driver)
+    t.start()
+    try:
+        ready.wait(30)
+        tid = tids[0]
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, 4)  # may this process lower a niceness?
+            allowed = True
+            os.setpriority(os.PRIO_PROCESS, tid, 5)
+        except PermissionError:
+            allowed = False
+        placement = LoadPlacement(near, far, frozenset({tid}), frozenset({tid}), 5)
+        for _ in range(AWAY_AFTER):
+            placement.waited(False)
+        if allowed:
+            assert placement.away and os.getpriority(os.PRIO_PROCESS, tid) == 0 and os.sched_getaffinity(tid) == far
+            placement.idle()
+            assert os.getpriority(os.PRIO_PROCESS, tid) == 5 and os.sched_getaffinity(tid) == {near}
+        else:
+            assert placement.stays and not placement.away and os.sched_getaffinity(tid) == {near}
+            assert os.getpriority(os.PRIO_PROCESS, tid) == 5
+    finally:
+        done.set()
+        t.join()
