@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     max_graph_nodes: int = Field(64, ge=1, le=4096, description="operator nodes one graph may have; a larger graph is a 422 naming Graph.Nodes")
     max_graph_models: int = Field(64, ge=0, le=4096, description="graph models loaded at once through /v2 and gRPC's model repository extension (each a compiled graph held by the HTTP process); one more is a 400 naming the setting (unload one first); 0: no graph models")
     max_fused_shader_bytes: int = Field(256 << 10, ge=4096, description="generated GLSL one fused graph step may have; a group of elementwise nodes whose shader would be larger runs node by node (the plan says so)")
+    graph_max_storage_buffers: int = Field(0, ge=0, description="storage buffers one generated graph step may bind; 0: the device's maxPerStageDescriptorStorageBuffers; a lower number forces a lower limit (4, the Vulkan minimum, at least). A fused group beyond it runs as smaller groups or node by node (the plan says so)")
     require_gpu: bool = Field(False, description="start only where the chosen Vulkan device is a GPU (the gpu image sets it): else say so in one line and exit with status 2, instead of serving from a CPU driver or not at all")
 
     @property

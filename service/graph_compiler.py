@@ -9,6 +9,10 @@ Steps, in an order that respects the graph's edges:
   contract): a softmax-family node, an elementwise node with strided or broadcast tensors, or the
   nodes of a group whose shader would exceed ``Settings.max_fused_shader_bytes`` (or that glslang
   refuses): those run node by node, and ``GraphPlan.notes`` says why.
+  A group whose step would bind more storage buffers than the device allows in one shader
+  (maxPerStageDescriptorStorageBuffers; the parameter buffer, each read, each write) runs as smaller
+  groups, greedily, or node by node, and the notes say so; likewise a prologue that would take a
+  reduction past the limit stays a dispatch of its own. An operator's own kernel binds what it binds.
 - ``ReductionStep``: a softmax-family node with the fused group before it in its loads (a
   prologue) and/or the fused group after it in its stores (an epilogue).
   Prologue: where the group writes one value, its last node's, which only the reduction reads (the
@@ -50,6 +54,7 @@ from .layout import coalesce, row_layout
 from .operators import OperatorDesc
 from .operators.reduction import ReductionDesc
 from .shaders import REDUCTION_UNROLLS
+from .vulkan_probe import MIN_PER_STAGE_STORAGE_BUFFERS
 
 from .limits import MAX_PROGRAMS
 
@@ -186,23 +191,35 @@ class GraphCompiler:
         self.compiled = 0   # shaders glslang compiled (not found in the cache)
         self._lock = threading.Lock()
 
-    def compile(self, graph: GraphDesc, fuse: bool = True) -> GraphPlan:
+    def compile(self, graph: GraphDesc, fuse: bool = True, storage_buffers: int | None = None) -> GraphPlan:
         """The plan of ``graph``; ``fuse=False`` gives the node-by-node plan (the oracle, and the
-        bench's baseline)."""
-        key = structure_key(graph) + ("" if fuse else "-unfused")
+        bench's baseline). ``storage_buffers``: the device's maxPerStageDescriptorStorageBuffers (None:
+        not known, no limit); ``Settings.graph_max_storage_buffers`` lowers it."""
+        limit = self.binding_limit(storage_buffers)
+        key = structure_key(graph) + ("" if fuse else "-unfused") + (f"-b{limit[0]}" if limit else "")
         with self._lock:
             program = self._programs.get(key)
             if program is None:
-                program = self._programs[key] = self._build(graph, key, fuse)
+                program = self._programs[key] = self._build(graph, key, fuse, limit)
                 while len(self._programs) > MAX_PROGRAMS:
                     self._programs.popitem(last=False)
             else:
                 self._programs.move_to_end(key)
         return GraphPlan(graph, program)
 
+    def binding_limit(self, storage_buffers: int | None) -> _Limit | None:
+        """(storage buffers a generated step may bind, and where that number comes from), or None; at
+        least the Vulkan minimum (4), which every generated step of one node fits."""
+        if storage_buffers is not None:
+            storage_buffers = max(storage_buffers, MIN_PER_STAGE_STORAGE_BUFFERS)
+        forced = max(self.settings.graph_max_storage_buffers, MIN_PER_STAGE_STORAGE_BUFFERS) if self.settings.graph_max_storage_buffers else 0
+        if forced and (storage_buffers is None or forced < storage_buffers):
+            return forced, "VKACT_GRAPH_MAX_STORAGE_BUFFERS"
+        return (storage_buffers, "the device's maxPerStageDescriptorStorageBuffers") if storage_buffers is not None else None
+
     # -- planning ---------------------------------------------------------------------------------
 
-    def _build(self, graph: GraphDesc, key: str, fuse: bool) -> GraphProgram:
+    def _build(self, graph: GraphDesc, key: str, fuse: bool, limit: _Limit | None = None) -> GraphProgram:
         ops = graph.operators
         reads: dict[int, list[Value]] = {n: [("input", 0)] * len(op.input_fields) for n, op in enumerate(ops)}
         for e in graph.InputEdges:
@@ -227,16 +244,39 @@ class GraphCompiler:
                 if fuse and ops[group[0]].kind == "elementwise" and ops[group[0]].output.element_count:
                     notes.append(f"Nodes[{group[0]}] ({ops[group[0]].type_name()}) {unfused_reason(ops[group[0]])}: it runs with its own kernel")
                 continue
-            try:
-                steps.append(self._fuse(graph, group, reads, outputs))
-            except (ShaderCompileError, _TooLarge) as exc:
-                notes.append(f"Nodes{group} run node by node: {exc}")
-                steps += [NodeStep(n, tuple(reads[n])) for n in group]
+            parts = self._within(graph, group, reads, outputs, limit, notes)
+            for part in parts:
+                try:
+                    steps.append(self._fuse(graph, part, reads, outputs))
+                except (ShaderCompileError, _TooLarge) as exc:
+                    notes.append(f"Nodes{part} run node by node: {exc}")
+                    steps += [NodeStep(n, tuple(reads[n])) for n in part]
         if fuse:
             steps = self._epilogues(graph, steps, outputs, notes)
-            steps = self._prologues(graph, steps, reads, outputs, notes)
+            steps = self._prologues(graph, steps, reads, outputs, notes, limit)
         lone = tuple(s.node for s in steps if isinstance(s, NodeStep) and ops[s.node].kind == "elementwise" and ops[s.node].output.element_count)
         return GraphProgram(key, tuple(steps), outputs, tuple(notes), lone if fuse else ())
+
+    def _bindings(self, graph: GraphDesc, group: list[int], reads: dict[int, list[Value]], outputs: tuple[int, ...]) -> int:
+        """Storage buffers a FusedStep of ``group`` binds: its parameters, each read, each write."""
+        _nodes, read_values, write_values = self._values(graph, group, reads, outputs)
+        return 1 + len(read_values) + len(write_values)
+
+    def _within(self, graph: GraphDesc, group: list[int], reads: dict[int, list[Value]], outputs: tuple[int, ...],
+                limit: _Limit | None, notes: list[str]) -> list[list[int]]:
+        """``group`` cut greedily, in its order, into parts whose steps bind at most ``limit`` storage
+        buffers (one node binds at most 4: parameters, two inputs, its output)."""
+        if limit is None or self._bindings(graph, group, reads, outputs) <= limit[0]:
+            return [group]
+        parts: list[list[int]] = []
+        for n in group:
+            if parts and self._bindings(graph, [*parts[-1], n], reads, outputs) <= limit[0]:
+                parts[-1].append(n)
+            else:
+                parts.append([n])
+        notes.append(f"Nodes{group} run as {len(parts)} steps: one step would bind {self._bindings(graph, group, reads, outputs)} "
+                     f"storage buffers, beyond {limit[1]} ({limit[0]})")
+        return parts
 
     @staticmethod
     def _merge_pairs(steps: list[Step], merge: Callable[[Step, Step], Step | None]) -> list[Step]:
@@ -274,7 +314,7 @@ class GraphCompiler:
         return self._merge_pairs(steps, merge)
 
     def _prologues(self, graph: GraphDesc, steps: list[Step], reads: dict[int, list[Value]], outputs: tuple[int, ...],
-                   notes: list[str]) -> list[Step]:
+                   notes: list[str], limit: _Limit | None = None) -> list[Step]:
         """A fused step followed by a reduction (node step, or reduction step with an epilogue) that
         reads its one written value, its last node's, which nothing else needs: one ReductionStep,
         the fused nodes applied in the reduction's loads."""
@@ -298,7 +338,7 @@ class GraphCompiler:
             else:
                 try:
                     bare = nxt if isinstance(nxt, ReductionStep) else ReductionStep(nxt.node, nxt.reads, (), ())
-                    return self._reduction(graph, bare, step, reads)
+                    return self._reduction(graph, bare, step, reads, limit=limit)
                 except (ShaderCompileError, _TooLarge) as exc:
                     why = str(exc)
             notes.append(f"Nodes{list(step.nodes)} run before Nodes[{nxt.node}], not in its loads: {why}")
@@ -310,7 +350,7 @@ class GraphCompiler:
         return self._reduction(graph, ReductionStep(step.node, step.reads, (), ()), None, {}, epilogue=fused)
 
     def _reduction(self, graph: GraphDesc, step: ReductionStep, prologue: FusedStep | None, reads: dict[int, list[Value]],
-                   epilogue: FusedStep | None = None) -> ReductionStep:
+                   epilogue: FusedStep | None = None, limit: _Limit | None = None) -> ReductionStep:
         """``step`` (a reduction, perhaps with an epilogue already) with ``prologue`` in its loads or
         ``epilogue`` in its stores: its shader generated for every unroll."""
         op = graph.operators[step.node]
@@ -334,6 +374,10 @@ class GraphCompiler:
             nodes, read_values = self._named_nodes(graph, list(prologue.nodes), reads)
             glsl_prologue, step_reads = Prologue(len(read_values), nodes), tuple(read_values)
         layout = row_layout((*op.inputs, op.output), op.reduced_axes()).kind
+        # engine_graph binds: input, output, the strided layouts' table, parameters, the other prologue reads
+        bindings = 2 + (layout == "STRIDED") + 1 + len(step_reads) - 1
+        if limit is not None and bindings > limit[0]:
+            raise _TooLarge(f"it would bind {bindings} storage buffers, beyond {limit[1]} ({limit[0]})")
         dtype = op.data_type.info.shader or ""
         spirv = []
         for unroll in REDUCTION_UNROLLS:
@@ -343,6 +387,14 @@ class GraphCompiler:
                 raise _TooLarge(f"its generated shader is {len(source)} bytes, beyond max_fused_shader_bytes ({limit})")
             spirv.append((unroll, self._spirv(source)))
         return ReductionStep(step.node, step_reads, tuple(after), tuple(spirv), tuple(before))
+
+    def _values(self, graph: GraphDesc, group: list[int], reads: dict[int, list[Value]],
+                outputs: tuple[int, ...]) -> tuple[tuple[FusedNode, ...], list[Value], list[Value]]:
+        """A group's named nodes, the tensors it reads and the values it writes (those used outside it)."""
+        inside = set(group)
+        nodes, read_values = self._named_nodes(graph, group, reads)
+        used_outside = {v for m, vs in reads.items() if m not in inside for v in vs} | {("node", n) for n in outputs}
+        return nodes, read_values, [("node", n) for n in group if ("node", n) in used_outside]
 
     @staticmethod
     def _named_nodes(graph: GraphDesc, group: list[int], reads: dict[int, list[Value]]) -> tuple[tuple[FusedNode, ...], list[Value]]:
@@ -363,10 +415,7 @@ class GraphCompiler:
 
     def _fuse(self, graph: GraphDesc, group: list[int], reads: dict[int, list[Value]], outputs: tuple[int, ...]) -> FusedStep:
         ops = graph.operators
-        inside = set(group)
-        nodes, read_values = self._named_nodes(graph, group, reads)
-        used_outside = {v for m, vs in reads.items() if m not in inside for v in vs} | {("node", n) for n in outputs}
-        write_values = [("node", n) for n in group if ("node", n) in used_outside]
+        nodes, read_values, write_values = self._values(graph, group, reads, outputs)
         kernel = FusedKernel(ops[group[0]].data_type.info.shader or "", len(read_values), nodes, tuple(f"v{v[1]}" for v in write_values))
         source = generate(kernel, self.glsl_dir)
         limit = self.settings.max_fused_shader_bytes
@@ -384,6 +433,10 @@ class GraphCompiler:
 
 class _TooLarge(Exception):
     pass
+
+
+#: A binding limit: (storage buffers one generated step may bind, where that number comes from).
+_Limit = tuple[int, str]
 
 
 def _agree(a: OperatorDesc, b: OperatorDesc) -> bool:

@@ -23,11 +23,17 @@ _API_1_1 = (1 << 22) | (1 << 12)
 _FEATURE_COUNT = 55
 FEATURE_INDEX = {"shaderFloat64": 39, "shaderInt64": 40, "shaderInt16": 41}
 
-# Offsets in VkPhysicalDeviceProperties (Vulkan 1.x, stable ABI); VkPhysicalDeviceLimits starts at 296.
+# Offsets in VkPhysicalDeviceProperties (Vulkan 1.x, stable ABI); VkPhysicalDeviceLimits starts at 296
+# (after deviceName[256] at 20 and pipelineCacheUUID[16], 8-aligned). In the limits: 11 uint32 (0-43),
+# then the 8-byte VkDeviceSize bufferImageGranularity (48) and sparseAddressSpaceSize (56), then
+# maxBoundDescriptorSets (64) and the per-stage descriptor counts: samplers, uniform buffers, storage buffers.
 _LIMITS = 296
 _MAX_STORAGE_BUFFER_RANGE = _LIMITS + 28
 _MAX_PUSH_CONSTANTS_SIZE = _LIMITS + 32
 _MAX_MEMORY_ALLOCATION_COUNT = _LIMITS + 36
+_MAX_PER_STAGE_STORAGE_BUFFERS = _LIMITS + 76
+#: What every Vulkan device allows (the spec's required minimum of maxPerStageDescriptorStorageBuffers).
+MIN_PER_STAGE_STORAGE_BUFFERS = 4
 
 
 class _AppInfo(ctypes.Structure):
@@ -77,6 +83,7 @@ class PhysicalDevice:
     max_storage_buffer_range: int
     max_push_constants_size: int
     max_memory_allocation_count: int
+    max_per_stage_storage_buffers: int = MIN_PER_STAGE_STORAGE_BUFFERS  # storage buffers one shader may bind
     subgroup_size: int = 0             # VkPhysicalDeviceSubgroupProperties (Vulkan 1.1); 0 if unknown
     subgroup_operations: int = 0       # its supportedOperations, if the compute stage supports subgroups
     features: tuple[str, ...] = ()     # the VkPhysicalDeviceFeatures in FEATURE_INDEX that it reports
@@ -145,6 +152,7 @@ def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
         max_storage_buffer_range=u32(_MAX_STORAGE_BUFFER_RANGE),
         max_push_constants_size=u32(_MAX_PUSH_CONSTANTS_SIZE),
         max_memory_allocation_count=u32(_MAX_MEMORY_ALLOCATION_COUNT),
+        max_per_stage_storage_buffers=u32(_MAX_PER_STAGE_STORAGE_BUFFERS),
         subgroup_size=subgroup.subgroupSize,
         subgroup_operations=subgroup.supportedOperations if subgroup.supportedStages & _STAGE_COMPUTE else 0,
         features=tuple(name for name, i in FEATURE_INDEX.items() if features[i]),

@@ -46,7 +46,7 @@ async def load(state: Runtime, name: str, params: dict[str, Any]) -> None:
         load_batching(state, op, config)
     elif config is not None:
         worker = state.worker
-        await state.graphs.load(name, config, worker.info["max_tensor_bytes"] if is_ready(worker) and worker.info else None)
+        await state.graphs.load(name, config, worker.info if is_ready(worker) and worker.info else None)
     elif state.graphs.get(name) is None:
         raise UnknownOperator(f"unknown model {name!r}: to load a graph model, give its DML_GRAPH_DESC as the config parameter (a JSON string)")
 

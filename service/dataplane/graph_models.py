@@ -167,10 +167,10 @@ class GraphModels:
     def names(self) -> list[str]:
         return sorted(self._models)
 
-    async def load(self, name: str, text: str, max_tensor_bytes: int | None) -> GraphModel:
+    async def load(self, name: str, text: str, device: dict | None) -> GraphModel:
         """Validate and compile the graph ``text`` (DML_GRAPH_DESC's JSON) as model ``name``, then put
-        it in place of any model of that name. Nothing changes when it fails. ``max_tensor_bytes``: the
-        device's binding limit, once the device is known (every inference checks it too)."""
+        it in place of any model of that name. Nothing changes when it fails. ``device``: the ready
+        worker's report, once the device is known (its limits: every inference checks them too)."""
         self._check_name(name)
         self._check_room(name)
         if self._lock is None:
@@ -179,9 +179,9 @@ class GraphModels:
             self._check_room(name)
             # parsed (up to GRAPH_CONFIG_BYTES of JSON) and compiled (glslang) off the event loop
             graph, inputs, outputs = await asyncio.to_thread(self._parse, text)
-            if max_tensor_bytes is not None:
-                graphs.check_limits(graph, max_tensor_bytes, self.settings.pool_bytes)
-            compiled = await graphs.compile_graph(self.settings, graph)
+            if device is not None:
+                graphs.check_limits(graph, device["max_tensor_bytes"], self.settings.pool_bytes)
+            compiled = await graphs.compile_graph(self.settings, graph, graphs.device_storage_buffers(device) if device else None)
         old = self._models.get(name)
         stats = old.stats if old is not None else self._triton.add_model(name)
         model = self._models[name] = GraphModel(name, compiled, inputs, outputs, stats)

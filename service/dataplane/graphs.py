@@ -74,6 +74,7 @@ class CompiledGraph:
     """A graph with its plan: what a graph model keeps from its load, and /v1 from a repeated graph."""
 
     plan: GraphPlan
+    storage_buffers: int | None = None   # the device's maxPerStageDescriptorStorageBuffers it was compiled for
 
     @property
     def graph(self) -> GraphDesc:
@@ -167,7 +168,8 @@ _compilers_lock = threading.Lock()
 
 
 def _shared(settings: Settings) -> _Compiled:
-    shape = (settings.glsl_dir, settings.glslang, settings.max_fused_shader_bytes, settings.spirv_cache, settings.generated_shader_cache)
+    shape = (settings.glsl_dir, settings.glslang, settings.max_fused_shader_bytes, settings.graph_max_storage_buffers,
+             settings.spirv_cache, settings.generated_shader_cache)
     with _compilers_lock:
         found = _compilers.get(shape)
         if found is None:
@@ -180,23 +182,30 @@ def compiler_for(settings: Settings) -> GraphCompiler:
     return _shared(settings).compiler
 
 
-def _compile(shared: _Compiled, graph: GraphDesc, graph_key: bytes) -> CompiledGraph:
-    compiled = CompiledGraph(shared.compiler.compile(graph))
+def device_storage_buffers(info: Mapping[str, Any]) -> int | None:
+    """The ready worker's report's maxPerStageDescriptorStorageBuffers (what a compiled graph's steps may bind)."""
+    return info["device"].get("max_per_stage_storage_buffers")
+
+
+def _compile(shared: _Compiled, graph: GraphDesc, graph_key: bytes, storage_buffers: int | None) -> CompiledGraph:
+    compiled = CompiledGraph(shared.compiler.compile(graph, storage_buffers=storage_buffers), storage_buffers)
     compiled.key  # noqa: B018 - pickled here, in the thread, not on the event loop
     shared.put(graph_key, compiled)
     return compiled
 
 
-async def compile_graph(settings: Settings, graph: GraphDesc) -> CompiledGraph:
-    """``graph`` compiled (the same object again for an equal graph compiled before); a new structure
-    compiles in a thread, off the event loop: glslang runs there."""
+async def compile_graph(settings: Settings, graph: GraphDesc, storage_buffers: int | None = None) -> CompiledGraph:
+    """``graph`` compiled (the same object again for an equal graph compiled before) for a device that
+    allows ``storage_buffers`` per shader (``device_storage_buffers``; None: not known yet, and
+    ``run_graph`` compiles it again for the device); a new structure compiles in a thread, off the
+    event loop: glslang runs there."""
     shared = _shared(settings)
     graph.order  # noqa: B018 - a cached property, pickled once read: read it first, so equal graphs give equal bytes
-    graph_key = pickle.dumps(graph, framing.PROTOCOL)
+    graph_key = pickle.dumps((storage_buffers, graph), framing.PROTOCOL)
     found = shared.get(graph_key)
     if found is not None:
         return found
-    return await asyncio.to_thread(_compile, shared, graph, graph_key)
+    return await asyncio.to_thread(_compile, shared, graph, graph_key, storage_buffers)
 
 
 # -- inputs and limits -----------------------------------------------------------------------------
@@ -266,11 +275,14 @@ async def run_graph(
     request timeout (Timeout, 504). None means the client left while the job was
     queued (the caller answers 499; ``departure()`` returns when it has gone, as for ``execute``);
     ``stats`` (a graph model's Triton statistics) then counts a failure. Busy (queue full) propagates."""
-    if isinstance(compiled, GraphPlan):
-        compiled = CompiledGraph(compiled)
     worker = state.worker
     assert worker is not None
-    check_limits(compiled, ready_device(worker)["max_tensor_bytes"], state.settings.pool_bytes)
+    info = ready_device(worker)
+    if isinstance(compiled, GraphPlan):
+        compiled = CompiledGraph(compiled)   # a plan given as it is (tests)
+    elif compiled.storage_buffers != device_storage_buffers(info):   # compiled before the device was known
+        compiled = await compile_graph(state.settings, compiled.graph, device_storage_buffers(info))
+    check_limits(compiled, info["max_tensor_bytes"], state.settings.pool_bytes)
     ordered = check_inputs(compiled, inputs, field)
     bytes_in = sum(b.nbytes for b in ordered)
     job = asyncio.ensure_future(worker.run_graph(compiled.plan, ordered, compiled.key))

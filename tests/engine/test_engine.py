@@ -219,6 +219,14 @@ def test_device_report_on_llvmpipe(engine):
     assert engine.device.type == "cpu"
     assert engine.max_workgroup_count == 65535
     assert engine.device.max_storage_buffer_range == 1 << 27
+    # Mesa 22.3's lavapipe reports llvmpipe's PIPE_SHADER_CAP_MAX_SHADER_BUFFERS (LP_MAX_TGSI_SHADER_BUFFERS, 32;
+    # src/gallium/drivers/llvmpipe/lp_limits.h, beside the 1 << 27 above): read at VkPhysicalDeviceLimits + 76
+    assert engine.device.max_per_stage_storage_buffers == 32
+
+
+def test_every_device_allows_the_vulkan_minimum_of_storage_buffers(engine):
+    assert engine.device.max_per_stage_storage_buffers >= 4   # a misread offset gives 0 or a huge number
+    assert engine.device.max_per_stage_storage_buffers < 1 << 24
 
 
 @pytest.mark.parametrize("kind, dtype, n", [("SHRINK", np.float32, 1000), ("CELU", np.float16, 64), ("SOFTSIGN", np.float32, 3)])

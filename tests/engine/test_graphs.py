@@ -266,3 +266,53 @@ def test_float16_intermediates_round_as_stored_for_every_half(engine, compiler):
     plan, fused, oracle = run_both(engine, compiler, graph, [x])
     assert plan.dispatches == 1 and isinstance(plan.program.steps[0], FusedStep)
     assert_bits_equal(fused, oracle)
+
+
+def _prelu_chain(dtype, sizes=SIZES) -> dict:
+    """x -> PARAMETERIZED_RELU(., s1) -> PARAMETERIZED_RELU(., s2) -> PARAMETERIZED_RELU(., s3) -> y: one
+    fused group that reads 4 tensors (6 storage buffers with its parameters and output)."""
+    prelu = activation("PARAMETERIZED_RELU", dtype, sizes, ("InputTensor", "SlopeTensor"))
+    return {
+        "InputCount": 4, "OutputCount": 1,
+        "Nodes": [{"Operator": prelu}] * 3,
+        "InputEdges": [{"GraphInputIndex": 0, "ToNodeIndex": 0, "ToNodeInputIndex": 0, "Name": "x"}]
+        + [{"GraphInputIndex": n + 1, "ToNodeIndex": n, "ToNodeInputIndex": 1, "Name": f"s{n + 1}"} for n in range(3)],
+        "IntermediateEdges": [{"FromNodeIndex": n, "FromNodeOutputIndex": 0, "ToNodeIndex": n + 1, "ToNodeInputIndex": 0} for n in range(2)],
+        "OutputEdges": [{"FromNodeIndex": 2, "FromNodeOutputIndex": 0, "GraphOutputIndex": 0, "Name": "y"}],
+    }
+
+
+def _bindings(step: FusedStep) -> int:
+    """Storage buffers engine_graph binds for a fused step: its parameters, each read, each write."""
+    return 1 + len(step.reads) + len(step.writes)
+
+
+@pytest.mark.parametrize("limit,steps", [(4, 3), (5, 2)])
+def test_a_fused_group_beyond_the_storage_buffer_limit_runs_as_smaller_groups(engine, compiler, limit, steps):
+    graph = parse_graph(_prelu_chain(np.float32))
+    arrays = [sample(np.float32, seed=i) for i in range(4)]
+    whole = compiler.compile(graph)
+    assert whole.dispatches == 1 and _bindings(whole.program.steps[0]) == 6   # the graph would exceed it
+    limited = GraphCompiler(Settings(graph_max_storage_buffers=limit))
+    plan, fused, oracle = run_both(engine, limited, graph, arrays)
+    assert plan.dispatches == steps and all(isinstance(s, FusedStep) and _bindings(s) <= limit for s in plan.program.steps)
+    assert plan.fused and any(f"VKACT_GRAPH_MAX_STORAGE_BUFFERS ({limit})" in n and "6 storage buffers" in n for n in plan.notes)
+    assert_bits_equal(fused, oracle)
+    # the device's own limit, handed to compile(), does the same, and the cache keys on it
+    device = compiler.compile(graph, storage_buffers=limit)
+    assert device.dispatches == steps and f"maxPerStageDescriptorStorageBuffers ({limit})" in device.notes[0]
+    assert compiler.compile(graph).dispatches == 1
+
+
+def test_a_prologue_beyond_the_storage_buffer_limit_stays_a_dispatch_of_its_own(engine, compiler):
+    """A strided reduction (columns) with a two-input prologue binds input, output, its table, the
+    parameters and the slope: 5. At a limit of 4 the PARAMETERIZED_RELU runs before it, not in its loads."""
+    graph = parse_graph(prelu_softmax(np.float32, sizes=(6, 40), axes=(0,)))
+    whole = compiler.compile(graph)
+    assert whole.dispatches == 1 and isinstance(whole.program.steps[0], ReductionStep)
+    arrays = [sample(np.float32, (6, 40), seed=i) for i in range(2)]
+    plan, fused, oracle = run_both(engine, GraphCompiler(Settings(graph_max_storage_buffers=4)), graph, arrays)
+    first, second = plan.program.steps
+    assert isinstance(first, FusedStep) and _bindings(first) == 4 and isinstance(second, NodeStep)
+    assert any("not in its loads: it would bind 5 storage buffers, beyond VKACT_GRAPH_MAX_STORAGE_BUFFERS (4)" in n for n in plan.notes)
+    assert_bits_equal(fused, oracle)

@@ -199,3 +199,27 @@ def test_the_report_as_parameters():
     report = graphs.GraphReport(False, 3, 3, ("Nodes[1] (X) has strided or broadcast tensors: it runs with its own kernel",))
     assert report.parameters() == {"graph_fused": "false", "graph_dispatches": "3", "graph_nodes": "3",
                                    "graph_notes": report.notes[0]}
+
+
+@pytest.mark.timeout(180)
+def test_a_graph_compiles_within_the_storage_buffers_the_device_allows():
+    """The worker's report carries maxPerStageDescriptorStorageBuffers; a graph compiled before the device
+    was known is compiled again for it when it runs. Forced to 4, the shared-intermediate graph (one step
+    would bind 5: parameters, x, three outputs) runs as two steps, saying so, bit-identical to its nodes."""
+    async def scenario(state: Runtime) -> None:
+        device = graphs.device_storage_buffers(state.worker.info)
+        assert device == state.worker.info["device"]["max_per_stage_storage_buffers"] >= 4
+        graph = graphs.parse(shared_intermediate(np.float32).model_dump(mode="json"), state.settings)
+        early = await graphs.compile_graph(state.settings, graph)          # before the device was known
+        compiled = await graphs.compile_graph(state.settings, graph, device)
+        assert compiled is not early and compiled.storage_buffers == device
+        assert compiled.report.dispatches == 2 and compiled.report.fused
+        assert any("5 storage buffers, beyond VKACT_GRAPH_MAX_STORAGE_BUFFERS (4)" in n for n in compiled.report.notes)
+        x = sample(np.float32)
+        expected = await _node_by_node(state.worker, graph, x)
+        for given in (compiled, early):
+            answer = await graphs.run_graph(state, given, {"x": x.reshape(-1).view(np.uint8)})
+            assert {name: bytes(view) for name, view in answer.outputs.items()} == expected
+            answer.release()
+
+    _with_state(scenario, graph_max_storage_buffers=4)

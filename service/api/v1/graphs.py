@@ -103,10 +103,10 @@ async def execute_graph(request: Request, body: GraphBody, started: float) -> Re
     state = runtime(request)
     count_against(request, graphs.GRAPH_LABEL)  # failures from here on count against graphs
     assert state.worker is not None
-    max_tensor_bytes = ready_device(state.worker)["max_tensor_bytes"]
-    args = (body, state.settings, max_tensor_bytes)
+    info = ready_device(state.worker)
+    args = (body, state.settings, info["max_tensor_bytes"])
     decided = await in_json_thread(_decide, *args) if body.text_bytes > INLINE_BYTES else _decide(*args)
-    compiled = await graphs.compile_graph(state.settings, decided.graph)
+    compiled = await graphs.compile_graph(state.settings, decided.graph, graphs.device_storage_buffers(info))
     answer = await graphs.run_graph(state, compiled, decided.buffers, departure=departure(request))
     if answer is None:  # the client left
         return Response(status_code=499)
