@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import sys
 import time
 from datetime import datetime, timezone
@@ -281,7 +282,14 @@ PARTS = {"kernels": run_kernels, "service": run_service, "v2": run_v2, "grpc": r
          "types64": run_types64, "accuracy": run_accuracy, "graphs": run_graphs, "triton": run_triton}
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> None:
+    # A terminated bench unwinds as an interrupted one does: the servers it started (vkact, Triton, MLServer,
+    # the echo) are stopped by their context managers instead of being left running (seen with kill).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = _args(argv)
     for part in [args.only] if args.only else PARTS:
         PARTS[part](args)
