@@ -231,7 +231,8 @@ class GraphCompiler:
         groups: list[list[int]] = []     # node groups in order; a NodeStep is a group of one non-fusable node
         for n in graph.order:
             last = groups[-1] if groups else None
-            if fuse and fusable(ops[n]) and last and fusable(ops[last[0]]) and _agree(ops[last[0]], ops[n]):
+            if fuse and fusable(ops[n]) and last and fusable(ops[last[0]]) and _agree(ops[last[0]], ops[n]) \
+                    and len(last) < MAX_FUSED_NODES:
                 last.append(n)
             else:
                 groups.append([n])
@@ -429,6 +430,14 @@ class GraphCompiler:
         spirv, compiled = generated_spirv(source, self.glsl_dir, self._cache_dir, self.settings.glslang)
         self.compiled += compiled
         return spirv
+
+
+# Nodes one generated shader holds at most; a longer chain runs as several fused steps (one memory pass
+# more per MAX_FUSED_NODES nodes). Measured on SwiftShader (Subzero; 2 vCPUs), building the pipeline of a
+# LINEAR/SOFTSIGN chain: 32 nodes 0.2 s, 48 nodes 17.5 s, 64 nodes beyond 100 s (past the request timeout,
+# so the worker was restarted); lavapipe builds 64 in well under a second. A GPU's compiler is unmeasured:
+# the cap costs it at most one extra pass per 32 nodes.
+MAX_FUSED_NODES = 32
 
 
 class _TooLarge(Exception):

@@ -316,3 +316,18 @@ def test_a_prologue_beyond_the_storage_buffer_limit_stays_a_dispatch_of_its_own(
     assert isinstance(first, FusedStep) and _bindings(first) == 4 and isinstance(second, NodeStep)
     assert any("not in its loads: it would bind 5 storage buffers, beyond VKACT_GRAPH_MAX_STORAGE_BUFFERS (4)" in n for n in plan.notes)
     assert_bits_equal(fused, oracle)
+
+
+def test_a_chain_longer_than_one_shader_holds_runs_as_fused_steps(engine, compiler):
+    """MAX_FUSED_NODES per generated shader (a driver's pipeline build grows superlinearly with it: see
+    graph_compiler): 40 nodes run as two fused steps, bit-identical to their nodes one by one."""
+    from service.graph_compiler import MAX_FUSED_NODES
+
+    n = MAX_FUSED_NODES + 8
+    graph = parse_graph(chain([activation("LINEAR", np.float32, SIZES, Alpha=1.01, Beta=0.01) if k % 2
+                               else activation("SOFTSIGN", np.float32, SIZES) for k in range(n)]))
+    plan, fused, oracle = run_both(engine, compiler, graph, [sample(np.float32)])
+    steps = plan.program.steps
+    assert plan.fused and plan.dispatches == 2 and all(isinstance(s, FusedStep) for s in steps)
+    assert [len(s.nodes) for s in steps] == [MAX_FUSED_NODES, 8]
+    assert_bits_equal(fused, oracle)
