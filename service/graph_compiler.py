@@ -56,7 +56,7 @@ from .operators.reduction import ReductionDesc
 from .shaders import REDUCTION_UNROLLS
 from .vulkan_probe import MIN_PER_STAGE_STORAGE_BUFFERS
 
-from .limits import MAX_PROGRAMS
+from .limits import MAX_FUSED_NODES, MAX_PROGRAMS
 
 #: A tensor of the graph: ("input", graph input index) or ("node", node index: its output).
 Value = tuple[str, int]
@@ -430,14 +430,6 @@ class GraphCompiler:
         spirv, compiled = generated_spirv(source, self.glsl_dir, self._cache_dir, self.settings.glslang)
         self.compiled += compiled
         return spirv
-
-
-# Nodes one generated shader holds at most; a longer chain runs as several fused steps (one memory pass
-# more per MAX_FUSED_NODES nodes). Measured on SwiftShader (Subzero; 2 vCPUs), building the pipeline of a
-# LINEAR/SOFTSIGN chain: 32 nodes 0.2 s, 48 nodes 17.5 s, 64 nodes beyond 100 s (past the request timeout,
-# so the worker was restarted); lavapipe builds 64 in well under a second. A GPU's compiler is unmeasured:
-# the cap costs it at most one extra pass per 32 nodes.
-MAX_FUSED_NODES = 32
 
 
 class _TooLarge(Exception):

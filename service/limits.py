@@ -36,3 +36,10 @@ MAX_PLANS = 256
 #: Graph programs keep their buffers, pipelines and command buffer (engine_graph.GraphRun); this many.
 MAX_GRAPH_RUNS = 16
 MAX_PROGRAMS = 128   # compiled graph programs kept (least recently used out)
+
+# Nodes one generated shader holds at most; a longer chain runs as several fused steps (one memory pass
+# more per MAX_FUSED_NODES nodes). Measured on SwiftShader (Subzero; 2 vCPUs), building the pipeline of a
+# LINEAR/SOFTSIGN chain: 32 nodes 0.2 s, 48 nodes 17.5 s, 64 nodes beyond 100 s (past the request timeout,
+# so the worker was restarted); lavapipe builds 64 in well under a second. A GPU's compiler is unmeasured:
+# the cap costs it at most one extra pass per 32 nodes.
+MAX_FUSED_NODES = 32
