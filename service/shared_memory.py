@@ -14,7 +14,6 @@ past its new end would kill this process with SIGBUS. No descriptor is kept betw
 """
 from __future__ import annotations
 
-import asyncio
 import errno
 import fcntl
 import json
@@ -27,6 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import InvalidRequest, VkactError
+from .slots import write_in_thread
 
 SHM_DIR = "/dev/shm"
 RESERVED_PREFIX = "vkact-"  # the device worker's own slots: never a client's region
@@ -143,7 +143,8 @@ async def _io(call, fd: int, buffer: np.ndarray, offset: int) -> int:
     nbytes, done = view.nbytes, 0
     while done < nbytes:
         part = [view[done:]]
-        n = await asyncio.to_thread(call, fd, part, offset + done) if nbytes - done > LARGE_IO else call(fd, part, offset + done)
+        # a large preadv into a job's slot runs to its end even if the request is cancelled (see write_in_thread)
+        n = await write_in_thread(call, fd, part, offset + done) if nbytes - done > LARGE_IO else call(fd, part, offset + done)
         if n <= 0:
             break
         done += n

@@ -7,13 +7,16 @@ server removes what a killed predecessor left behind.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import mmap
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +30,28 @@ SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 def align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
+
+
+T = TypeVar("T")
+
+
+async def write_in_thread(write: Callable[..., T], *args: object) -> T:
+    """``write(*args)`` in a thread (numpy and preadv release the GIL), waited for to its end: when the
+    caller is cancelled meanwhile (its request timed out, its client left), the cancellation reaches it
+    only once the thread has stopped. The caller frees the slot the thread writes into on its way out
+    and the next request takes that slot, so a thread still writing would put the old request's bytes
+    over the new one's (seen on a loaded machine: a CELU request after a timed-out 64 MiB GELU one
+    answered with the GELU input's ones in its first 128 bytes, which glibc's memcpy stores last)."""
+    future = asyncio.get_running_loop().run_in_executor(None, write, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            try:
+                await asyncio.wait([future])
+            except asyncio.CancelledError:  # cancelled again: the thread still writes
+                pass
+        raise
 
 
 class Mapping:

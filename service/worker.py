@@ -30,7 +30,7 @@ from .errors import DeviceFailure, VkactError, WorkerLost
 from .framing import Template
 from .graph_compiler import GraphPlan
 from .operators import OperatorDesc
-from .slots import SlotPool, align, Slot
+from .slots import SlotPool, Slot, align, write_in_thread
 from .worker_process import worker_main
 
 log = logging.getLogger("vkact.worker")
@@ -45,8 +45,8 @@ LARGE = 1 << 20  # copies above this size run in a thread (numpy releases the GI
 
 
 async def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
-    if src.nbytes > LARGE:
-        await asyncio.to_thread(np.copyto, dst, src)
+    if src.nbytes > LARGE:  # to the end, even when the request is cancelled meanwhile (see write_in_thread)
+        await write_in_thread(np.copyto, dst, src)
     else:
         dst[...] = src
 
