@@ -3,9 +3,10 @@ the request body within the budget of bytes in flight, the client's departure, b
 recording of an answer once it has been sent."""
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from fastapi import Request
@@ -140,32 +141,53 @@ class FrameResponse(Response):
     """A binary frame whose headers were built before (``frame_headers``), as a repeated request header
     allows: Starlette's Response builds them again for every answer. Served by vkact's uvicorn protocol
     (service/http_guard.py, which puts its request cycle in the scope), the status line, headers and
-    body go out in one write (send_whole), not as two ASGI messages each written on its own."""
+    body go out in one write (send_whole), not as two ASGI messages each written on its own.
 
-    def __init__(self, body: bytes | memoryview, raw_headers: list[tuple[bytes, bytes]]) -> None:
+    ``body`` may be parts (the JSON header, then views of a job's slot) with ``hold``, the job's result:
+    the parts go to the socket as they are, no frame copied from them, and ``hold`` is released once
+    the socket has taken every byte (or the connection is gone), never before (the slot's next request
+    would overwrite bytes still to be sent). Released however the response ends."""
+
+    def __init__(self, body: bytes | memoryview | tuple[bytes | memoryview, ...], raw_headers: list[tuple[bytes, bytes]],
+                 hold: Releasable | None = None, stall_s: float = 30.0) -> None:
         self.status_code = 200
-        self.body = body
+        self.body = body  # type: ignore[assignment]
         self.raw_headers = list(raw_headers)  # a copy: middleware may add to an answer's headers
         self.background = None
+        self.hold, self.stall_s = hold, stall_s  # stall_s: how long the client may take no byte of a held answer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        cycle = scope.get(CYCLE_KEY)
-        if cycle is None or send != cycle.send:  # another server, or send wrapped by middleware
-            await super().__call__(scope, receive, send)
-            return
-        await send_whole(cycle, self.raw_headers, self.body)
+        try:
+            cycle = scope.get(CYCLE_KEY)
+            if cycle is None or send != cycle.send:  # another server, or send wrapped by middleware
+                if isinstance(self.body, tuple):
+                    self.body = b"".join(self.body)
+                await super().__call__(scope, receive, send)
+                return
+            await send_whole(cycle, self.raw_headers, self.body, self.stall_s if self.hold is not None else None)
+        finally:
+            if self.hold is not None:
+                self.hold.release()
+                self.hold = None
         if self.background is not None:
             await self.background()
+
+
+class Releasable(Protocol):
+    def release(self) -> None: ...
 
 
 CYCLE_KEY = "vkact.cycle"  # scope key: uvicorn's request cycle (RequestResponseCycle), set by http_guard
 JOIN_BYTES = 1 << 16  # a body up to this size is copied behind the head into one buffer; a larger one goes by writev
 
 
-async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes | memoryview) -> None:
+async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes | memoryview | tuple[bytes | memoryview, ...],
+                     until_written: float | None = None) -> None:
     """A 200 response with ``headers`` (valid ones: built by vkact, a request id checked printable) and
-    ``body`` sent on uvicorn 0.54's httptools request cycle as its send() sends the two ASGI messages
-    (flow control, a response already started, keep-alive, the pipelined request after it), in one write."""
+    ``body`` (its bytes, or parts) sent on uvicorn 0.54's httptools request cycle as its send() sends the
+    two ASGI messages (flow control, a response already started, keep-alive, the pipelined request after
+    it), in one write. ``until_written``: return only once the transport holds none of it, a client that
+    takes no byte for that many seconds cut off (see _until_written)."""
     if cycle.flow.write_paused and not cycle.disconnected:
         await cycle.flow.drain()
     if cycle.disconnected:
@@ -180,16 +202,40 @@ async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes
     if not cycle.keep_alive:
         head.append(b"connection: close\r\n")
     head.append(b"\r\n")
-    if len(body) <= JOIN_BYTES:
-        head.append(body)
-        cycle.transport.write(b"".join(head))
+    parts = body if isinstance(body, tuple) else (body,)
+    transport, flow = cycle.transport, cycle.flow
+    if until_written is not None:  # flow paused while the transport holds any byte, resumed once it holds none
+        transport.set_write_buffer_limits(high=0, low=0)
+    if sum(len(p) for p in parts) <= JOIN_BYTES:
+        head += parts
+        transport.write(b"".join(head))
     else:
-        cycle.transport.writelines((b"".join(head), body))
+        transport.writelines((b"".join(head), *parts))
     cycle.response_complete = True
     cycle.message_event.set()
+    if until_written is not None:
+        await _until_written(transport, flow, until_written)
     if not cycle.keep_alive:
-        cycle.transport.close()
+        transport.close()
     cycle.on_response()
+
+
+async def _until_written(transport: Any, flow: Any, stall_s: float) -> None:
+    """Wait until ``transport`` holds no byte handed to it, or its connection is gone. A client that
+    takes no byte for ``stall_s`` has its connection aborted (the bytes dropped, not flushed): what it
+    holds is a job's slot, which other requests need."""
+    left = transport.get_write_buffer_size()
+    while left and not transport.is_closing():  # closing: the connection is gone, nothing more is sent
+        if not flow.write_paused:  # not expected (paused while any byte is held): poll, never spin
+            await asyncio.sleep(0.001)
+        else:
+            try:
+                await asyncio.wait_for(flow.drain(), stall_s)
+            except asyncio.TimeoutError:
+                if transport.get_write_buffer_size() >= left:
+                    transport.abort()
+                    return
+        left = transport.get_write_buffer_size()
 
 
 def frame_headers(head_bytes: int, body_bytes: int) -> list[tuple[bytes, bytes]]:

@@ -32,6 +32,7 @@ from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs,
 from .encoding import choose_encoding, compress
 from .. import repository
 from ...dataplane.models import MODELS, find_model
+from ...worker import LARGE
 from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
@@ -302,24 +303,32 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
             if key is not None and (parsed := _Parsed.of(req, op, plans)) is not None:
                 cache.put(key, parsed)
         bytes_in = sum(b.nbytes for b in buffers)
+        coding = choose_encoding(request.headers.get("accept-encoding"))
         result = await run_on_device(request, op, buffers, key=parsed.key if parsed is not None else None)
         del buffers
         if result is None:  # the client left
             return Response(status_code=499)
+        held = None  # the result, when its slot is sent as it is (released once written)
         try:
             repeated = parsed is not None and parsed.head is not None and request_id is None
             if repeated:
-                content, header_length = await binary_frame(parsed.head, [np.frombuffer(result.output, np.uint8, output_bytes(op))]), len(parsed.head)
+                data = np.frombuffer(result.output, np.uint8, output_bytes(op))
+                header_length = len(parsed.head)
                 if parsed.frame_headers is None:  # every repeated frame of this header has this length
-                    parsed.frame_headers = [(b"vary", b"Accept-Encoding"), *frame_headers(header_length, len(content))]
+                    parsed.frame_headers = [(b"vary", b"Accept-Encoding"), *frame_headers(header_length, header_length + data.nbytes)]
+                if coding is None and data.nbytes > LARGE:  # to the socket from the slot: no frame copied
+                    held = result
+                    response = FrameResponse((parsed.head, data), parsed.frame_headers, result, state.settings.body_timeout_s)
+                    return answered(response, request, op, started, result, bytes_in, op.output.total_bytes)
+                content = await binary_frame(parsed.head, [data])
             else:
                 content, header_length = await encode_response(model, op, req, request_id, plans, result, region)
                 if parsed is not None and request_id is None and header_length is not None and all(p.binary for p in plans):
                     parsed.head = bytes(content[:header_length])
         finally:
-            result.release()
+            if held is None:
+                result.release()
 
-    coding = choose_encoding(request.headers.get("accept-encoding"))
     if repeated and coding is None:  # the headers of this header's frames, built once
         return answered(FrameResponse(content, parsed.frame_headers), request, op, started, result, bytes_in, op.output.total_bytes)
     headers = {"Vary": "Accept-Encoding"}
