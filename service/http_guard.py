@@ -28,6 +28,10 @@ from .api.json_text import dumps
 from .config import Settings
 
 PROBES = (b"/health/live", b"/v2/health/live")
+# Body bytes the route has not taken yet past which reading pauses. uvicorn pauses past 64 KiB and
+# appends each chunk to those pending (a copy of both); loopback's chunks are about 64 KiB, so a large
+# body was copied once more that way. Small bodies, which come whole, never pause.
+PENDING_BODY_BYTES = 1 << 14
 
 
 @functools.cache
@@ -130,6 +134,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         self._since = self.loop.time()
         super().on_body(body)
+        cycle = self.cycle  # answered already: uvicorn drops the rest of the body, reading on
+        if not cycle.response_complete and len(cycle.body) >= PENDING_BODY_BYTES:  # read on once the route takes it
+            self.flow.pause_reading()
 
     def on_message_complete(self) -> None:
         self._waiting_for = ""

@@ -12,7 +12,7 @@ import numpy as np
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 
@@ -21,6 +21,7 @@ from ..inflight import Claim
 from ..operators import OperatorDesc
 from ..worker import LARGE, Result, Source, copy_into
 from ..dataplane.execution import execute, record_success
+from .chunked_body import Chunks
 from .runtime import runtime
 from .v2.encoding import decode_body
 
@@ -52,22 +53,24 @@ def within_budget(handler: Handler) -> Handler:
     return within
 
 
-async def request_body(request: Request, limit: int) -> memoryview:
-    """An inference's body, read and its Content-Encoding undone, within its handler's claim (within_budget)."""
+async def request_body(request: Request, limit: int, chunks: bool = False) -> memoryview | Chunks:
+    """An inference's body, read and its Content-Encoding undone, within its handler's claim (within_budget).
+    ``chunks``: a large body that is not compressed may come as its chunks (see read_body)."""
     claim: Claim = request.scope[CLAIM_KEY]
-    body = await read_body(request, limit, claim)
     coding = request.headers.get("content-encoding")
+    body = await read_body(request, limit, claim, chunks and coding is None)
     if coding is None:
         return body
     received = claim.held  # what the body as received holds
-    decoded = await decode_body(body, coding, limit, claim)
+    decoded = await decode_body(body, coding, limit, claim)  # type: ignore[arg-type]
     if decoded is not body:
         claim.shrink(received)  # the compressed body goes with this call
     return decoded
 
 
-async def read_body(request: Request, limit: int, claim: Claim | None = None) -> memoryview:
-    """The body as received, at most ``limit`` bytes, charged to ``claim`` as its chunks arrive."""
+async def read_body(request: Request, limit: int, claim: Claim | None = None, chunks: bool = False) -> memoryview | Chunks:
+    """The body as received, at most ``limit`` bytes, charged to ``claim`` as its chunks arrive.
+    ``chunks``: a body that arrives in several chunks is returned as them (api/chunked_body.py), not joined."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -84,6 +87,8 @@ async def read_body(request: Request, limit: int, claim: Claim | None = None) ->
         if claim is not None and len(chunk) > UNCHARGED_BYTES:
             claim.grow(len(chunk))
         return memoryview(chunk)
+    if chunks:
+        return await _read_chunks(request, message, limit, claim)
     # Filled in place: np.empty maps its pages lazily as chunks arrive, where a zeroed bytearray, or
     # one grown chunk by chunk, would spend tens of milliseconds on the event loop for a large body.
     body = np.empty(int(declared) if declared is not None else 1 << 16, np.uint8)
@@ -101,6 +106,25 @@ async def read_body(request: Request, limit: int, claim: Claim | None = None) ->
         filled = end
         if not message.get("more_body", False):
             return memoryview(body[:filled])
+        message = await request.receive()
+    raise ClientDisconnect()
+
+
+async def _read_chunks(request: Request, message: Message, limit: int, claim: Claim | None) -> Chunks:
+    """read_body's chunks from ``message`` (the first) on, kept as they came: no copy on the event loop."""
+    received: list[bytes] = []
+    filled = 0
+    while message["type"] == "http.request":
+        chunk = message.get("body", b"")
+        filled += len(chunk)
+        if filled > limit:
+            raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
+        if claim is not None:
+            claim.grow(len(chunk))  # 503 once the requests in flight hold the budget: the rest is not read
+        if chunk:
+            received.append(chunk)
+        if not message.get("more_body", False):
+            return Chunks(received)
         message = await request.receive()
     raise ClientDisconnect()
 

@@ -78,15 +78,22 @@ def small_queue() -> Server:
     stop_server(server)
 
 
+@pytest.fixture(scope="module")
+def patient() -> Server:  # three slots, and a stall limit no loaded machine reaches while the test reads slowly
+    server = start_server(queue_size=1, body_timeout_s=WAIT_S)
+    yield server
+    stop_server(server)
+
+
 def inputs(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(N).astype(np.float32)
 
 
-def test_a_slow_reader_gets_its_own_answer_while_others_reuse_the_slots(small_queue):
-    with connect(small_queue) as warm:  # the first request of this header: its answer's JSON is cached
+def test_a_slow_reader_gets_its_own_answer_while_others_reuse_the_slots(patient):
+    with connect(patient) as warm:  # the first request of this header: its answer's JSON is cached
         np.testing.assert_array_equal(call(warm, inputs(0)), np.maximum(inputs(0), 0))
     x = inputs(1)
-    with connect(small_queue, rcvbuf=1 << 16) as slow, connect(small_queue) as other:
+    with connect(patient, rcvbuf=1 << 16) as slow, connect(patient) as other:
         slow.sendall(frame(x))
         first = slow.recv(4096)  # the answer has started; most of it waits in the server, from the slot
         assert first.startswith(b"HTTP/1.1 200 "), first[:200]

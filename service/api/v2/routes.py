@@ -24,6 +24,7 @@ from ...operators import OperatorDesc
 from ...shared_memory import Region, SharedMemoryRegistry
 from ...dataplane import descriptor_key, is_ready, ready_device
 from ..execution import FrameResponse, answered, binary_frame, frame_headers, count_against, read_body, request_body, run_on_device, within_budget
+from ..chunked_body import ChunkInput, Chunks
 from ..header_cache import HeaderCache
 from ..runtime import device_worker, runtime
 from ...limits import CONTROL_BODY_BYTES, GRAPH_CONFIG_BYTES, INLINE_BYTES
@@ -256,6 +257,10 @@ class _Parsed:
     def buffers(self, tail: memoryview) -> list[np.ndarray]:
         return [padded(tail[o : o + n], desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
 
+    def sources(self, body: Chunks, start: int) -> list[ChunkInput]:
+        """As buffers, from a body still in its chunks (the tail from ``start``): copied straight into the slot."""
+        return [body.source(start + o, n, desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
+
 
 def _parse(body: memoryview, header_length: str | None, model: type[OperatorDesc], max_tensor_bytes: int,
            max_json_values: int) -> tuple[InferenceRequest, memoryview, OperatorDesc]:
@@ -273,14 +278,22 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     max_tensor_bytes = ready_device(worker)["max_tensor_bytes"]
     limit = state.settings.max_body_bytes
     headers = request.headers
-    body = await request_body(request, limit)
     header_length = headers.get(HEADER_LENGTH)
+    framed = header_length is not None and header_length != "0"  # a JSON header + binary tensors, maybe repeated
+    body = await request_body(request, limit, chunks=framed)
     cache: HeaderCache[_Parsed] = state.v2_headers
     key = parsed = None
-    if header_length is not None and header_length != "0":  # a JSON header + binary tensors, maybe repeated
-        raw, tail = frame_parts(body, header_length)
-        key = cache.key(raw, model_class, len(tail), max_tensor_bytes)
+    if framed:
+        if isinstance(body, Chunks) and header_length.isdigit() and int(header_length) <= body.nbytes:
+            raw, tail = body.head(int(header_length)), body  # tail: the chunks from the header's length on
+        else:
+            body = await body.joined() if isinstance(body, Chunks) else body
+            raw, tail = frame_parts(body, header_length)
+        key = cache.key(raw, model_class, body.nbytes - len(raw), max_tensor_bytes)
         parsed = cache.get(key)
+        if parsed is None and isinstance(body, Chunks):  # a header not seen before: parsed from the body whole
+            body = await body.joined()
+            raw, tail = frame_parts(body, header_length)
     large = json_length(body, header_length) > INLINE_BYTES  # parsed and decoded in a thread: the loop stays free
     if parsed is not None:
         req, op = parsed.req, parsed.op
@@ -291,7 +304,8 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
 
     with Regions(state.shared_memory) as region:
         if parsed is not None:
-            buffers, plans = parsed.buffers(tail), parsed.plans
+            plans = parsed.plans
+            buffers = parsed.sources(tail, len(raw)) if isinstance(tail, Chunks) else parsed.buffers(tail)
         else:
             # JSON data of a large text is decoded in a JSON thread; regions are read by decode_inputs
             decoded = await in_json_thread(json_inputs, op, req) if large else None
