@@ -13,7 +13,8 @@ and Threshold as request parameters. Both get the very same request bytes.
 - **sequential latency**: one request at a time through tritonclient.http (binary) and tritonclient.grpc
   (``infer`` plus ``as_numpy``); vkact's ``/v1/execute`` and the bare echo (bench/echo.py, sent /v1's
   bytes) alongside, for /v1's target.
-- **16 MiB** (2^22 FLOAT32 in and out): tritonclient.http with binary data, and with system shared memory
+- **16 MiB** (2^22 FLOAT32 in and out): tritonclient.http with binary data, the same request from a raw
+  socket (a client that is not the wall: tritonclient spends ~45 ms of CPU decoding each answer), and with system shared memory
   (tritonclient's shm utilities: a region per server, registered, the input written once, the output
   read back into numpy in every timed request).
 """
@@ -109,6 +110,56 @@ class HttpCaller:
             self.client.unregister_system_shared_memory(self.name)
             self._shm.destroy_shared_memory_region(self._region)
         self.client.close()
+
+
+class RawHttpCaller:
+    """The request tritonclient.http sends (HttpCaller.request), over a plain socket, the answer read into
+    one buffer: a client that costs little CPU per byte, so the servers' own speed shows, where
+    tritonclient's decoding is the wall for 16 MiB."""
+
+    def __init__(self, url: str, x: np.ndarray) -> None:
+        import socket
+
+        self.x = x
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        caller = HttpCaller(url, x)
+        body, headers = caller.request()
+        caller.close()
+        self._head = (f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n"
+                      + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+        self._body = body
+        self._sock = socket.create_connection((host, int(port)), timeout=600)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buffer = bytearray(len(body) + (1 << 16))
+
+    def __call__(self) -> np.ndarray:
+        self._sock.sendall(self._head)
+        self._sock.sendall(self._body)
+        view, n = memoryview(self._buffer), 0
+        while (end := self._buffer.find(b"\r\n\r\n", 0, n)) < 0:
+            got = self._sock.recv_into(view[n:])
+            if not got:
+                raise ConnectionError("the server closed the connection")
+            n += got
+        lines = bytes(self._buffer[:end]).decode("latin-1").lower().split("\r\n")
+        if not lines[0].startswith("http/1.1 200"):
+            raise RuntimeError(f"answered {lines[0]!r}")
+        fields = dict(line.split(": ", 1) for line in lines[1:])
+        total = end + 4 + int(fields["content-length"])
+        if total > len(self._buffer):
+            raise RuntimeError(f"a {total}-byte answer")
+        while n < total:
+            got = self._sock.recv_into(view[n:total])
+            if not got:
+                raise ConnectionError("the server closed the connection")
+            n += got
+        return np.frombuffer(self._buffer, np.float32, self.x.size, end + 4 + int(fields["inference-header-content-length"]))
+
+    def check(self) -> None:
+        np.testing.assert_array_equal(self(), reference(self.x), err_msg="wrong SHRINK output")
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 class GrpcCaller:
@@ -346,10 +397,11 @@ def measure(vkact: svc.Server, echo: svc.Server, triton: svc.Server | None, log:
                 call.close()
 
     log(f"triton: 16 MiB ({LARGE} elements), binary and system shared memory, {LARGE_REPEAT} alternated rounds")
-    large_callers: dict[str, HttpCaller] = {}
+    large_callers: dict[str, HttpCaller | RawHttpCaller] = {}
     try:
         for name, server in servers.items():
             large_callers[f"{name} binary"] = HttpCaller(server.url, large_x)
+            large_callers[f"{name} raw"] = RawHttpCaller(server.url, large_x)
             large_callers[f"{name} shm"] = HttpCaller(server.url, large_x, shm=True)
         for call in large_callers.values():
             call.check()

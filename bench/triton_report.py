@@ -64,7 +64,7 @@ def header(r: tr.TritonResult, machine: str) -> list[tuple[str, str]]:
 LOAD_LABELS = {"http binary": "`/v2` HTTP, binary (wrk)", "http json": "`/v2` HTTP, JSON (wrk)",
                "grpc": "gRPC ModelInfer, raw contents (h2load)"}
 LATENCY_LABELS = {"http": "`/v2` HTTP binary, tritonclient.http", "grpc": "gRPC, tritonclient.grpc"}
-LARGE_LABELS = {"binary": "`/v2` HTTP binary, tritonclient.http", "shm": "`/v2` HTTP, system shared memory (input and output)"}
+LARGE_LABELS = {"binary": "`/v2` HTTP binary, tritonclient.http", "raw": "`/v2` HTTP binary, the same request from a raw socket (no client wall)", "shm": "`/v2` HTTP, system shared memory (input and output)"}
 
 
 def section(device_name: str, header_rows: list[tuple[str, str]], r: tr.TritonResult, targets: bool = True) -> str:

@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     device_timeout_s: float = Field(120.0, gt=0, description="a job on the device longer than this means a hung device: the worker is killed and restarted")
     max_json_values: int = Field(5_000_000, ge=1024, description="values (numbers, strings, lists, ...) a request's JSON text, or an answer as JSON, may hold, counted before it is parsed or made: 413 beyond (each becomes a Python object of ~100 bytes at the peak; a 16 MiB FLOAT32 tensor, 2^22 values, fits; large tensors travel as binary data)")
     header_timeout_s: float = Field(10.0, gt=0, description="a connection must send a request's headers within this many seconds of opening (or of its request's first byte): else 408 and closed")
-    body_timeout_s: float = Field(30.0, gt=0, description="a request's body may pause at most this many seconds between bytes while the service waits for it: else the connection is closed")
+    body_timeout_s: float = Field(30.0, gt=0, description="a request's body may pause at most this many seconds between bytes while the service waits for it, and a client may take no byte of a large answer sent from its tensor slot this long: else the connection is closed")
     max_connections: int = Field(512, ge=1, description="open HTTP connections per HTTP process; a request on one beyond it gets 503 with Retry-After and the connection is closed (liveness probes excepted)")
     grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC (Open Inference Protocol) port, served by every HTTP process; 0: no gRPC server (an ephemeral port would differ per process)")
 
