@@ -8,10 +8,13 @@ import socket
 import time
 from urllib.parse import urlparse
 
+import httpx
 import numpy as np
 import pytest
 
 from tests.service.conftest import Server, start_server, stop_server
+from tests.service.test_memory_bounds import until
+from tests.service.test_process_faults import gauge
 
 N = 1 << 22  # 16 MiB of FLOAT32 each way: more than loopback's socket buffers hold
 WAIT_S = 60  # the test's own bound on waiting for the server: far past its timeouts
@@ -100,6 +103,8 @@ def test_a_slow_reader_gets_its_own_answer_while_others_reuse_the_slots(patient)
         for seed in range(2, 6):  # they take free slots: the slow reader's stays its own until sent
             y = inputs(seed)
             np.testing.assert_array_equal(call(other, y), np.maximum(y, 0))
+        with httpx.Client(base_url=patient.url, timeout=10) as probe:  # a liveness probe's budget
+            assert probe.get("/v2/health/live").status_code == 200  # answered while the answer waits to be sent
         rest = read_answer_after(slow, first)
     np.testing.assert_array_equal(rest, np.maximum(x, 0))
 
@@ -144,4 +149,19 @@ def test_readers_that_stall_are_cut_off_and_their_slots_given_back(small_queue):
             s.close()
     with connect(small_queue) as after:  # every slot is free again: no 503
         y = inputs(8)
+        np.testing.assert_array_equal(call(after, y), np.maximum(y, 0))
+
+
+def test_a_client_leaving_mid_body_gives_back_its_bytes_in_flight(patient):
+    with connect(patient) as warm:  # the header is seen before: the body is kept as its chunks
+        call(warm, inputs(0))
+    request = frame(inputs(9))
+    with connect(patient) as leaving:
+        leaving.sendall(request[: len(request) // 2])
+        with httpx.Client(base_url=patient.url, timeout=10) as http:
+            assert until(lambda: gauge(http, "vkact_inflight_bytes") > 0)  # what it sent is held
+            leaving.close()
+            assert until(lambda: gauge(http, "vkact_inflight_bytes") == 0)
+    with connect(patient) as after:
+        y = inputs(10)
         np.testing.assert_array_equal(call(after, y), np.maximum(y, 0))
