@@ -238,7 +238,11 @@ async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes
     cycle.response_complete = True
     cycle.message_event.set()
     if until_written is not None:
-        await _until_written(transport, flow, until_written)
+        try:
+            await _until_written(transport, flow, until_written)
+        except BaseException:  # cancelled (a shutdown): the held bytes must not be sent once the slot is given back
+            transport.abort()
+            raise
     if not cycle.keep_alive:
         transport.close()
     cycle.on_response()
