@@ -11,7 +11,7 @@ PY    := $(VENV)/bin/python
 # The set-up is idempotent but still costs a few seconds of checks; this stamp lets test/serve/
 # bench skip it until something that affects the environment changes.
 STAMP := $(VENV)/.make-setup-stamp
-$(STAMP): pyproject.toml scripts/setup.sh scripts/build-kp.sh scripts/build-native.sh $(wildcard service/native/h2grpc*)
+$(STAMP): pyproject.toml scripts/setup.sh scripts/build-kp.sh scripts/build-native.sh $(wildcard service/native/h2grpc* service/native/h1http*)
 	bash scripts/setup.sh
 	touch $@
 

@@ -1,0 +1,92 @@
+"""The HTTP/1.1 hot path: the inference requests of a connection parsed in C (service/native/h1http.c),
+one event per complete request, everything else left to uvicorn's httptools parser unchanged.
+
+httptools calls Python for each piece of a request (its start, URL, every header, body, end) and
+uvicorn parses the URL again; for a small inference that was a sizeable part of the HTTP process's
+time a request. h1http takes the requests it fully understands (POST to an inference route, one
+Content-Length of at most ``MAX_BODY`` bytes, plain headers; see h1http.c) and this protocol runs
+each one as uvicorn would have, on uvicorn's own request cycle: the same ASGI app (VkactApp's hot
+routes, FastAPI behind them), the same answer written whole (api.execution.send_whole), the same
+keep-alive, Connection: close, pipelining and write flow control, the same guards (http_guard: header
+deadline, body idle limit, connection bound). At the first request it does not take (another route,
+a chunked or larger body, Expect, an upgrade, HTTP/1.0, anything odd) the connection's bytes from that
+request on go to the httptools parser, which has the connection from then on.
+
+Selected by ``python -m service`` unless VKACT_HTTP_NATIVE=0 (http_guard's protocol alone then).
+"""
+from __future__ import annotations
+
+import asyncio
+
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from .http_guard import GuardedHttpToolsProtocol, _busy
+from .native import h1http
+
+#: A body it takes at most: uvicorn's own per-connection read buffer before it pauses reading, so a
+#: connection holds no more unread bytes here than under httptools; larger bodies stream through uvicorn.
+MAX_BODY = HIGH_WATER_LIMIT
+MAX_HEAD = 16384  # a longer request head goes to httptools (its own bounds apply)
+
+
+class NativeHttpProtocol(GuardedHttpToolsProtocol):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # a root path or a concurrency limit changes what uvicorn does with each request: its parser has them
+        plain = not self.root_path and self.limit_concurrency is None
+        self.native: h1http.Session | None = h1http.Session(MAX_HEAD, MAX_BODY) if plain else None
+        self.asgi = {"version": self.asgi_version, "spec_version": "2.3"}
+
+    def data_received(self, data: bytes) -> None:
+        session = self.native
+        if session is None:
+            super().data_received(data)
+            return
+        self._unset_keepalive_if_required()
+        events = session.receive(data)
+        for event in events:
+            self._request(*event)
+        if session.fallback:  # a request it does not take: httptools parses from its first byte on
+            self.native = None
+            rest = session.rest()
+            self._waiting_for = ""  # its own callbacks time it from here (on_message_begin)
+            if rest:
+                super().data_received(rest)
+            return
+        state = session.state
+        if state == 0:
+            if events:
+                self._waiting_for = ""
+        elif state == 1:
+            if events or self._waiting_for != "headers":  # a new request's first bytes
+                self._expect("headers", self.header_timeout)
+        elif self._waiting_for != "body":
+            self._expect("body", self.body_timeout)
+        else:
+            self._since = self.loop.time()  # a body's bytes came: its idle time starts again
+
+    def _request(self, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, keep_alive: bool) -> None:
+        """One complete request, run as HttpToolsProtocol.on_headers_complete and on_message_complete run it."""
+        scope = {
+            "type": "http", "asgi": self.asgi, "http_version": "1.1", "server": self.server, "client": self.client,
+            "scheme": self.scheme, "root_path": "", "headers": headers, "state": self.app_state.copy(),
+            "method": "POST", "path": path, "raw_path": raw_path, "query_string": b"",
+        }
+        app = self.app if len(self.connections) <= self.max_connections else _busy  # POST: never a liveness probe
+        if app is _busy:
+            self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
+        existing = self.cycle
+        self.cycle = cycle = RequestResponseCycle(
+            scope=scope, transport=self.transport, flow=self.flow, logger=self.logger, access_logger=self.access_logger,
+            access_log=self.access_log, default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(), expect_100_continue=False, keep_alive=keep_alive,
+            on_response=self.on_response_complete)
+        cycle.body = body  # bytes: receive() hands it on without a copy
+        cycle.more_body = False
+        cycle.message_event.set()  # the whole body is there (HttpToolsProtocol.on_message_complete)
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:  # pipelined behind an answer in progress: queued, and no more reading meanwhile
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
