@@ -141,11 +141,12 @@ static int parse(Session *self, PyObject **event, size_t *size) {
     PyObject *list = PyList_New((Py_ssize_t)count);
     if (list == NULL) return FAILED;
     for (size_t i = 0; i < count; i++) {
-        PyObject *name = PyBytes_FromStringAndSize(headers[i].name, (Py_ssize_t)headers[i].name_len);
+        /* a new object, filled here: one made from the bytes may be a shared one (a 1-byte name's singleton) */
+        PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)headers[i].name_len);
         if (name != NULL) {
             char *lower = PyBytes_AS_STRING(name);
             for (size_t j = 0; j < headers[i].name_len; j++)
-                if (lower[j] >= 'A' && lower[j] <= 'Z') lower[j] |= 0x20;
+                lower[j] = headers[i].name[j] >= 'A' && headers[i].name[j] <= 'Z' ? headers[i].name[j] | 0x20 : headers[i].name[j];
         }
         PyObject *pair = name ? Py_BuildValue("(Ny#)", name, headers[i].value, (Py_ssize_t)headers[i].value_len) : NULL;
         if (pair == NULL) {

@@ -147,3 +147,11 @@ def test_bad_settings_are_refused():
         h1http.Session(10, 10)
     with pytest.raises(ValueError):
         h1http.Session(MAX_HEAD, -1)
+
+
+def test_a_one_letter_header_name_leaves_the_shared_bytes_alone():
+    """Found by the fuzz target: lower-casing a name in place changed CPython's shared 1-byte object b"L"
+    (every b"L" of the process read b"l" after it)."""
+    events = session().receive(b"POST /v1/execute HTTP/1.1\r\nL: X\r\nContent-Length: 0\r\n\r\n")
+    assert events[0][2][0] == (b"l", b"X")
+    assert bytes([ord("L")]) == b"L" and bytes([ord("X")]) == b"X"
