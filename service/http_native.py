@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
@@ -37,13 +38,17 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         plain = not self.root_path and self.limit_concurrency is None
         self.native: h1http.Session | None = h1http.Session(MAX_HEAD, MAX_BODY) if plain else None
         self.asgi = {"version": self.asgi_version, "spec_version": "2.3"}
+        self._idle_since: float | None = None  # when its last answer went out with nothing read since
+        # uvicorn's ProxyHeadersMiddleware changes nothing in a request without X-Forwarded-* headers: such
+        # a request goes straight to the app inside it (one coroutine and a scan of the headers fewer)
+        self.inner = self.app.app if isinstance(self.app, ProxyHeadersMiddleware) else self.app
 
     def data_received(self, data: bytes) -> None:
         session = self.native
         if session is None:
             super().data_received(data)
             return
-        self._unset_keepalive_if_required()
+        self._idle_since = None  # busy: the keep-alive timer leaves the connection open (_keep_alive_check)
         events = session.receive(data)
         for event in events:
             self._request(*event)
@@ -73,8 +78,10 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
             "scheme": self.scheme, "root_path": "", "headers": headers, "state": self.app_state.copy(),
             "method": "POST", "path": path, "raw_path": raw_path, "query_string": b"",
         }
-        app = self.app if len(self.connections) <= self.max_connections else _busy  # POST: never a liveness probe
-        if app is _busy:
+        if len(self.connections) <= self.max_connections:
+            app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
+        else:  # POST: never a liveness probe
+            app = _busy
             self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
         existing = self.cycle
         self.cycle = cycle = RequestResponseCycle(
@@ -90,3 +97,32 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         else:  # pipelined behind an answer in progress: queued, and no more reading meanwhile
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))
+
+    # -- keep-alive: uvicorn cancels a timer on every read and makes a new one after every answer; here
+    #    one timer lives on, re-armed only when it fires (http_guard's way), the idle time read from the clock
+
+    def on_response_complete(self) -> None:
+        if self.native is None:
+            super().on_response_complete()
+            return
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_at(self._idle_since + self.timeout_keep_alive, self._keep_alive_check)
+
+    def _keep_alive_check(self) -> None:
+        self.timeout_keep_alive_task = None
+        if self._idle_since is None or self.native is None:  # busy now (the next answer re-arms it), or httptools' connection
+            return
+        due = self._idle_since + self.timeout_keep_alive
+        if self.loop.time() < due:
+            self.timeout_keep_alive_task = self.loop.call_at(due, self._keep_alive_check)
+        elif not self.transport.is_closing():
+            self.transport.close()

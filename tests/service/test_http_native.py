@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from urllib.parse import urlparse
 
 import numpy as np
@@ -133,3 +134,22 @@ def test_a_request_over_the_native_body_bound_streams_through_uvicorn(servers):
     """h1http takes bodies up to 64 KiB; a larger one is httptools' (here: over max_body_bytes, 413)."""
     answers = exchange(servers["native"], raw_request("/v1/execute", b" " * 70000, {"Connection": "close"}))
     assert answers[0][0] == 413 and json.loads(answers[0][2])["field"] == "Content-Length"
+
+
+def test_an_idle_keep_alive_connection_is_closed_and_a_busy_one_is_not(servers):
+    """uvicorn's keep-alive timeout (5 s) holds on the native path, whose one timer is re-armed as it fires."""
+    path, body, headers = CASES["v1 binary"]
+    address = urlparse(servers["native"].url)
+    busy = socket.create_connection((address.hostname, address.port), timeout=10)
+    idle = socket.create_connection((address.hostname, address.port), timeout=10)
+    with busy, idle:
+        idle.sendall(raw_request(path, body, headers))
+        started = time.monotonic()
+        while time.monotonic() - started < 8:  # a request every second, past the 5 s: still open
+            busy.sendall(raw_request(path, body, headers))
+            assert busy.recv(65536).startswith(b"HTTP/1.1 200 OK")
+            time.sleep(1)
+        closed = read_until_closed([idle], 60)
+        assert closed[idle].startswith(b"HTTP/1.1 200 OK") and closed[idle].count(b"HTTP/1.1") == 1
+        busy.sendall(raw_request(path, body, {**headers, "Connection": "close"}))
+        assert read_until_closed([busy], 60)[busy].startswith(b"HTTP/1.1 200 OK")
