@@ -8,6 +8,8 @@
  * or a broken invariant -> abort(). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "embedded_python.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,17 +25,7 @@ static void fail(const char *what) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    PyPreConfig pre;
-    PyPreConfig_InitIsolatedConfig(&pre);
-    pre.allocator = PYMEM_ALLOCATOR_MALLOC;
-    if (PyStatus_Exception(Py_PreInitialize(&pre))) abort();
-    if (PyImport_AppendInittab("_h1http", PyInit__h1http) < 0) abort();
-    PyConfig config;
-    PyConfig_InitIsolatedConfig(&config);
-    config.site_import = 0;
-    if (PyStatus_Exception(Py_InitializeFromConfig(&config))) abort();
-    PyConfig_Clear(&config);
-    PyObject *module = PyImport_ImportModule("_h1http");
+    PyObject *module = embedded_module("_h1http", PyInit__h1http);
     if (module == NULL) fail("import");
     session_type = PyObject_GetAttrString(module, "Session");
     if (session_type == NULL) fail("Session");

@@ -24,7 +24,7 @@ for NAME in ${FUZZ_TARGETS:-h2grpc h1http}; do
   BIN=$WORK/${NAME}_fuzz
   SOURCES=(fuzz/${NAME}_fuzz.c service/native/${NAME}*.c)
   HEADERS=($(compgen -G "service/native/$NAME*.h" || true))
-  want=$(cat "${SOURCES[@]}" "${HEADERS[@]}" "$0" | sha256sum | cut -d' ' -f1)
+  want=$(cat "${SOURCES[@]}" "${HEADERS[@]}" fuzz/*.h "$0" | sha256sum | cut -d' ' -f1)
   if [[ ! -x $BIN || $(cat "$BIN.stamp" 2>/dev/null) != "$want" ]]; then
     echo "==> building $BIN"
     clang -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
