@@ -4,7 +4,7 @@ one event per complete request, everything else left to uvicorn's httptools pars
 httptools calls Python for each piece of a request (its start, URL, every header, body, end) and
 uvicorn parses the URL again; for a small inference that was a sizeable part of the HTTP process's
 time a request. h1http takes the requests it fully understands (POST to an inference route, one
-Content-Length of at most ``MAX_BODY`` bytes, plain headers; see h1http.c) and this protocol runs
+Content-Length of at most ``NATIVE_HTTP_BODY`` bytes, plain headers; see h1http.c) and this protocol runs
 each one as uvicorn would have, on uvicorn's own request cycle: the same ASGI app (VkactApp's hot
 routes, FastAPI behind them), the same answer written whole (api.execution.send_whole), the same
 keep-alive, Connection: close, pipelining and write flow control, the same guards (http_guard: header
@@ -19,16 +19,11 @@ from __future__ import annotations
 import asyncio
 
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from .http_guard import GuardedHttpToolsProtocol, _busy
+from .limits import NATIVE_HTTP_BODY, NATIVE_HTTP_HEAD
 from .native import h1http
-
-#: A body it takes at most: uvicorn's own per-connection read buffer before it pauses reading, so a
-#: connection holds no more unread bytes here than under httptools; larger bodies stream through uvicorn.
-MAX_BODY = HIGH_WATER_LIMIT
-MAX_HEAD = 16384  # a longer request head goes to httptools (its own bounds apply)
 
 
 class NativeHttpProtocol(GuardedHttpToolsProtocol):
@@ -36,7 +31,7 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         super().__init__(*args, **kwargs)
         # a root path or a concurrency limit changes what uvicorn does with each request: its parser has them
         plain = not self.root_path and self.limit_concurrency is None
-        self.native: h1http.Session | None = h1http.Session(MAX_HEAD, MAX_BODY) if plain else None
+        self.native: h1http.Session | None = h1http.Session(NATIVE_HTTP_HEAD, NATIVE_HTTP_BODY) if plain else None
         self.asgi = {"version": self.asgi_version, "spec_version": "2.3"}
         self._idle_since: float | None = None  # when its last answer went out with nothing read since
         # uvicorn's ProxyHeadersMiddleware changes nothing in a request without X-Forwarded-* headers: such
