@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
-from tests.service.conftest import start_server, stop_server
+from tests.service.conftest import ASAN_RUNTIME, start_server, stop_server
 from tests.service.h2_client import PREFACE, frame, literal_headers
 from tests.service.test_grpc_transport import INFER, assert_serving, relu_of, relu_request
 from tests.service.test_inflight_budget import reset_peak
@@ -99,7 +99,8 @@ def test_unread_answers_are_held_within_the_budget(server, huge_window):
                   f"(peak +{(peak_rss(pid) - peak_before) >> 20} MiB; {STREAMS} answers of {ANSWER_FLOATS * 4 >> 20} MiB)")
             assert max(c for c, _ in seen) <= BUDGET
             assert held >= ANSWER_FLOATS * 4  # the answers it holds are counted: at least one
-            assert grown < BUDGET + SLACK, f"the HTTP process's memory grew by {grown >> 20} MiB and holds it"
+            if not ASAN_RUNTIME:  # ASan keeps freed memory in quarantine (make test-asan): only the count is asserted there
+                assert grown < BUDGET + SLACK, f"the HTTP process's memory grew by {grown >> 20} MiB and holds it"
         finally:
             sock.close()
         assert until(lambda: gauge(http, "vkact_inflight_bytes") == 0), "the budget is not given back"
