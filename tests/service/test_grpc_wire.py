@@ -254,3 +254,35 @@ def test_partial_messages_are_charged_to_the_process_budget():
         assert 0 < peak <= budget.limit and budget.held == 0, (peak, budget.held)
 
     asyncio.run(scenario())
+
+
+def test_session_counts_the_answers_the_client_has_not_taken():
+    """``answers``: the answer bytes queued and not yet taken by nghttp2 (what the transport charges to the
+    in-flight budget). ``pending(limit)`` hands over about ``limit`` bytes (one frame more); a client that
+    opens no window takes its 64 KiB and the rest stays counted; a reset drops its stream's share; reading
+    (WINDOW_UPDATE) takes the rest, whole."""
+    pair = _Pair()
+    a, b = pair.request(framed(b"")), pair.request(framed(b""))
+    pair.session.send(a, b"\1" * 200_000)
+    pair.session.send(b, b"\2" * 100_000)
+    assert pair.session.answers == 300_000
+    chunk = pair.session.pending(1000)
+    assert 1000 <= len(chunk) <= 1000 + 16_384 + 200  # one DATA frame (and the HEADERS) past the limit
+    assert pair.session.answers >= 300_000 - len(chunk)
+    pair.events += pair.client.receive_data(chunk)
+    pair.pump()  # the client's connection window (64 KiB) is all nghttp2 may take
+    assert 300_000 - 65_535 <= pair.session.answers <= 300_000 - 65_535 + 10  # the 5-byte prefixes are not counted
+    pair.client.reset_stream(b)
+    pair.pump()
+    assert pair.session.answers == 200_000 - sum(len(e.data) for e in pair.events if isinstance(e, h2.events.DataReceived) and e.stream_id == a) + 5
+    pair.session.finish(a, 0)
+    acknowledged = 0
+    while not any(isinstance(e, h2.events.StreamEnded) and e.stream_id == a for e in pair.events):
+        for e in pair.events[acknowledged:]:
+            if isinstance(e, h2.events.DataReceived):
+                pair.client.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+        acknowledged = len(pair.events)
+        pair.pump()
+    assert pair.session.answers == 0
+    data = b"".join(e.data for e in pair.events if isinstance(e, h2.events.DataReceived) and e.stream_id == a)
+    assert data == framed(b"\1" * 200_000)
