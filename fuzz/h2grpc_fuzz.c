@@ -3,7 +3,8 @@
  * at many places), answered as grpc_transport.py answers: each finished request through the Session's
  * Python methods (reply; finish with a status message far over the cap; send now and finish after the
  * connection's last byte, so answers wait on an empty queue; all of it later), GOAWAY when the first byte
- * is odd, every problem with its status, pending() after each read. CPython is
+ * is odd, every problem with its status, pending() after each read (up to a limit the input's second
+ * byte sets: answers stay queued across reads; Session.answers checked after each). CPython is
  * embedded (PYTHONMALLOC=malloc: ASan sees every object) and the extension compiled in, so an input costs
  * microseconds where a Python-driven target (atheris) costs milliseconds.
  * A finding: a sanitizer report, a leak (LeakSanitizer, per input), or an exception the server would not
@@ -92,8 +93,25 @@ static void answer(PyObject *session, PyObject *events, PyObject *later) {
     }
 }
 
+/* pending()'s limit for this input: unbounded, or a few bytes so answers stay queued (Session.answers)
+ * across reads, resets and the session's end, as when the transport's write buffer is full. */
+static Py_ssize_t drain_limit;
+
+/* Session.answers: never negative, and nothing queued once no stream is open. */
+static void check_answers(PyObject *session) {
+    PyObject *answers = PyObject_GetAttrString(session, "answers"), *streams = PyObject_GetAttrString(session, "streams");
+    if (answers == NULL || streams == NULL) fail("answers/streams");
+    Py_ssize_t queued = PyLong_AsSsize_t(answers), open = PyLong_AsSsize_t(streams);
+    if (queued < 0 || (open == 0 && queued != 0)) {
+        fprintf(stderr, "h2grpc_fuzz: answers %zd with %zd streams open\n", queued, open);
+        abort();
+    }
+    Py_DECREF(answers);
+    Py_DECREF(streams);
+}
+
 static void drain(PyObject *session) {
-    PyObject *out = PyObject_CallMethod(session, "pending", NULL);
+    PyObject *out = PyObject_CallMethod(session, "pending", "n", drain_limit);
     if (out == NULL) {
         if (!PyErr_ExceptionMatches(h2error)) fail("pending");
         PyErr_Clear();
@@ -114,6 +132,7 @@ static int feed(PyObject *session, PyObject *bytes, PyObject *later) {
         Py_DECREF(events);
     }
     drain(session);
+    check_answers(session);
     PyObject *streams = PyObject_GetAttrString(session, "streams"), *is_open = PyObject_GetAttrString(session, "open");
     if (streams == NULL || is_open == NULL) fail("streams/open");
     Py_DECREF(streams);
@@ -130,6 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (room == NULL || PyObject_SetAttrString(session, "room", room) < 0) fail("room");
     Py_DECREF(room);
     size_t chunk = size ? 1 + (size_t)data[size - 1] * 37 : 1;
+    drain_limit = size > 1 && (data[1] & 1) ? 1 + data[1] * 64 : PY_SSIZE_T_MAX;
     int open = feed(session, preface, later);
     for (size_t at = 0; open && at < size; at += chunk) {
         PyObject *bytes = PyBytes_FromStringAndSize((const char *)data + at, (Py_ssize_t)(size - at < chunk ? size - at : chunk));
@@ -148,6 +168,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         call(session, "finish", "iiO", id, huge_message, i & 1 ? 0 : 2);
     }
     drain(session);
+    check_answers(session);
+    drain_limit = PY_SSIZE_T_MAX;  /* then everything the flow-control windows let go */
+    drain(session);
+    check_answers(session);
     PyObject *buffered = PyObject_GetAttrString(session, "buffered");
     if (buffered == NULL || PyLong_AsSsize_t(buffered) < 0) fail("buffered");
     Py_DECREF(buffered);

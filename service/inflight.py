@@ -1,5 +1,6 @@
 """One budget of request bytes in flight per HTTP process (VKACT_INFLIGHT_BYTES): the bodies received,
-the bytes they inflate to, gRPC's messages. Per-request limits (VKACT_MAX_BODY_BYTES) bound what one
+the bytes they inflate to, gRPC's messages, and gRPC's answers until the client's flow control takes them
+(service/api/grpc/transport.py). Per-request limits (VKACT_MAX_BODY_BYTES) bound what one
 client may send; without this, what many send at once (a few gzip bombs) was bounded by nothing but the
 machine's memory.
 

@@ -78,7 +78,7 @@ class Metrics:
         self.errors = Counter("vkact_errors", "Requests answered with an error, by status", ["code"], registry=r)
         self.queue_depth = Gauge("vkact_queue_depth", "Requests holding a device slot (queued or running)", registry=r)
         self.worker_restarts = Gauge("vkact_worker_restarts", "Times the device worker was restarted", registry=r)
-        self.inflight_bytes = Gauge("vkact_inflight_bytes", "Request bytes held by requests in flight (bounded by VKACT_INFLIGHT_BYTES)", registry=r)
+        self.inflight_bytes = Gauge("vkact_inflight_bytes", "Request bytes held by requests in flight, and gRPC answers not yet read (bounded by VKACT_INFLIGHT_BYTES)", registry=r)
         self.triton = TritonMetrics()
         self._series: dict[str, OperatorSeries] = {}
         self._failed: dict[tuple[str, str], int] = {}  # (operator, status): failed executions

@@ -17,7 +17,10 @@
  *   session.send(stream_id, message)     queue one message (the 5-byte prefix is added here)
  *   session.finish(stream_id, status, message=b"")   grpc-status/grpc-message, after the queue
  *   session.reply(stream_id, message)    send + finish(0): a unary answer in one call
- *   data = session.pending()             bytes to write to the socket now (b"" when none)
+ *   data = session.pending(limit)        bytes to write to the socket now (b"" when none), about limit
+ *                                        at most: the rest waits in the streams' queues
+ *   session.answers                      answer bytes queued and not yet taken by nghttp2 (the client's
+ *                                        flow-control window, or pending's limit, holds them back)
  *   session.buffered                     bytes the partial request messages hold (grown as DATA comes)
  *   session.room = n                     the most they may hold at once (problem "over-budget" beyond)
  * Unknown methods, non-POST requests and other content types are answered here, without Python.
@@ -121,8 +124,9 @@ static PyObject *Session_receive(Session *self, PyObject *arg) {
     return events;
 }
 
-static PyObject *Session_pending(Session *self, PyObject *unused) {
-    if (!ready(self)) return NULL;
+static PyObject *Session_pending(Session *self, PyObject *args) {
+    Py_ssize_t limit = PY_SSIZE_T_MAX;
+    if (!ready(self) || !PyArg_ParseTuple(args, "|n", &limit)) return NULL;
     const uint8_t *chunk;
     ssize_t n = nghttp2_session_mem_send(self->session, &chunk);
     if (n < 0) return PyErr_Format(H2Error, "%s", nghttp2_strerror((int)n));
@@ -132,7 +136,8 @@ static PyObject *Session_pending(Session *self, PyObject *unused) {
     char *buffer = PyMem_Malloc(capacity);
     if (buffer == NULL) return PyErr_NoMemory();
     memcpy(buffer, chunk, size);
-    while ((n = nghttp2_session_mem_send(self->session, &chunk)) > 0) {
+    /* up to `limit` (and one frame more): what waits for the socket stays in the queues, counted */
+    while (size < (size_t)limit && (n = nghttp2_session_mem_send(self->session, &chunk)) > 0) {
         if (size + (size_t)n > capacity) {
             capacity = (size + (size_t)n) * 2;
             char *grown = PyMem_Realloc(buffer, capacity);
@@ -207,7 +212,8 @@ static PyObject *Session_get_streams(Session *self, void *closure) {
 
 static PyMethodDef Session_methods[] = {
     {"receive", (PyCFunction)Session_receive, METH_O, "Feed bytes read from the socket; the finished requests."},
-    {"pending", (PyCFunction)Session_pending, METH_NOARGS, "Bytes to write to the socket now."},
+    {"pending", (PyCFunction)Session_pending, METH_VARARGS,
+     "pending(limit=unbounded): bytes to write to the socket now, about limit at most (one frame more)."},
     {"send", (PyCFunction)Session_send, METH_VARARGS, "send(stream_id, message): queue one answer message."},
     {"finish", (PyCFunction)Session_finish, METH_VARARGS, "finish(stream_id, status, message=b''): end the answer."},
     {"reply", (PyCFunction)Session_reply, METH_VARARGS, "reply(stream_id, message): one message, then status 0."},
@@ -218,6 +224,9 @@ static PyMethodDef Session_methods[] = {
 static PyMemberDef Session_members[] = {
     {"buffered", T_PYSSIZET, offsetof(Session, buffered), READONLY,
      "Bytes the partial request messages hold now (each grown as its DATA arrives)."},
+    {"answers", T_PYSSIZET, offsetof(Session, answers), READONLY,
+     "Answer message bytes queued by send/reply and not yet taken by nghttp2 (the remote flow-control "
+     "window or pending's limit holds them back); a reset stream's are dropped."},
     {"room", T_PYSSIZET, offsetof(Session, room), 0,
      "The most bytes partial messages may hold at once: a message growing past it is answered "
      "RESOURCE_EXHAUSTED (event problem 'over-budget'). Unbounded until set."},

@@ -34,6 +34,7 @@ typedef struct Stream {
     PyObject *queue;           /* list of bytes */
     Py_ssize_t q_index;        /* the message being sent */
     size_t q_offset;           /* its bytes sent, the 5-byte prefix counted */
+    size_t unsent;             /* the queue's message bytes not yet handed to nghttp2 (in Session.answers) */
     int headers_sent, finished, deferred;
     int status;
     PyObject *status_message;  /* bytes, percent-encoded by the caller */
@@ -48,6 +49,7 @@ typedef struct {
     size_t max_message;
     Py_ssize_t buffered;       /* bytes the partial messages of all streams hold (their bodies' sizes) */
     Py_ssize_t room;           /* the most they may hold at once: set by Python (the process's budget) */
+    Py_ssize_t answers;        /* answer message bytes queued and not yet handed to nghttp2 (all streams) */
     int callback_error;        /* a Python error inside a callback: receive() raises it */
 } Session;
 

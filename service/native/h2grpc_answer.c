@@ -49,6 +49,8 @@ static ssize_t read_answer(nghttp2_session *session, int32_t id, uint8_t *buf, s
         memcpy(buf + written, PyBytes_AS_STRING(msg) + (s->q_offset - 5), n);
         written += n;
         s->q_offset += n;
+        s->unsent -= n;  /* handed to nghttp2's frame buffer (one frame at a time), no longer queued */
+        ((Session *)user_data)->answers -= (Py_ssize_t)n;
         if (s->q_offset == size + 5) {
             s->q_index++;
             s->q_offset = 0;
@@ -114,6 +116,8 @@ static int wake(Session *self, Stream *s) {
 int queue_message(Session *self, Stream *s, PyObject *message) {
     if (s->queue == NULL && (s->queue = PyList_New(0)) == NULL) return -1;
     if (PyList_Append(s->queue, message) < 0) return -1;
+    s->unsent += (size_t)PyBytes_GET_SIZE(message);
+    self->answers += PyBytes_GET_SIZE(message);
     return h2_result(s->headers_sent ? wake(self, s) : start_answer(self, s));
 }
 

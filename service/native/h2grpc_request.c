@@ -14,6 +14,7 @@ static void release_body(Session *self, Stream *s) {
 
 void stream_free(Session *self, Stream *s) {
     release_body(self, s);
+    self->answers -= (Py_ssize_t)s->unsent;  /* a reset or closed stream's answer is never sent */
     Py_XDECREF(s->route);
     Py_XDECREF(s->timeout);
     Py_XDECREF(s->encoding);

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 from grpc_health.v1 import health_pb2
 
-from service.api.grpc.transport import INTERNAL, MAX_STATUS_MESSAGE, RESOURCE_EXHAUSTED, GrpcTransport, Route, status_text
+from service.api.grpc.transport import INTERNAL, MAX_STATUS_MESSAGE, RESOURCE_EXHAUSTED, UNAVAILABLE, GrpcTransport, Route, status_text
 from service.inflight import InflightBudget
 from service.native import h2grpc
 from tests.service.conftest import start_server, stop_server
@@ -252,5 +252,95 @@ def test_partial_messages_are_charged_to_the_process_budget():
         assert big.status == str(RESOURCE_EXHAUSTED) and "retry later" in big.message, big
         assert fits.status == "0" and fits.body == framed(b"\2" * 16), fits
         assert 0 < peak <= budget.limit and budget.held == 0, (peak, budget.held)
+
+    asyncio.run(scenario())
+
+
+def test_session_counts_the_answers_the_client_has_not_taken():
+    """``answers``: the answer bytes queued and not yet taken by nghttp2 (what the transport charges to the
+    in-flight budget). ``pending(limit)`` hands over about ``limit`` bytes (one frame more); a client that
+    opens no window takes its 64 KiB and the rest stays counted; a reset drops its stream's share; reading
+    (WINDOW_UPDATE) takes the rest, whole."""
+    pair = _Pair()
+    a, b = pair.request(framed(b"")), pair.request(framed(b""))
+    pair.session.send(a, b"\1" * 200_000)
+    pair.session.send(b, b"\2" * 100_000)
+    assert pair.session.answers == 300_000
+    chunk = pair.session.pending(1000)
+    assert 1000 <= len(chunk) <= 1000 + 16_384 + 200  # one DATA frame (and the HEADERS) past the limit
+    assert pair.session.answers >= 300_000 - len(chunk)
+    pair.events += pair.client.receive_data(chunk)
+    pair.pump()  # the client's connection window (64 KiB) is all nghttp2 may take
+    assert 300_000 - 65_535 <= pair.session.answers <= 300_000 - 65_535 + 10  # the 5-byte prefixes are not counted
+    pair.client.reset_stream(b)
+    pair.pump()
+    assert pair.session.answers == 200_000 - sum(len(e.data) for e in pair.events if isinstance(e, h2.events.DataReceived) and e.stream_id == a) + 5
+    pair.session.finish(a, 0)
+    acknowledged = 0
+    while not any(isinstance(e, h2.events.StreamEnded) and e.stream_id == a for e in pair.events):
+        for e in pair.events[acknowledged:]:
+            if isinstance(e, h2.events.DataReceived):
+                pair.client.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+        acknowledged = len(pair.events)
+        pair.pump()
+    assert pair.session.answers == 0
+    data = b"".join(e.data for e in pair.events if isinstance(e, h2.events.DataReceived) and e.stream_id == a)
+    assert data == framed(b"\1" * 200_000)
+
+
+def test_unread_answers_hold_the_budget_and_stop_their_connection_being_served():
+    """A 1 MiB budget, 400 KB answers. A client that reads nothing (its 64 KiB window never reopened)
+    leaves two answers queued: ~735 KB counted in the budget, past its connection's bound (half the
+    budget), so its third call is refused RESOURCE_EXHAUSTED without being computed; another client's
+    answer, finding the budget held, is dropped and answered UNAVAILABLE. Once the first client goes,
+    the budget is back to 0 and a call is answered whole."""
+    budget = InflightBudget(1 << 20)
+    computed = 0
+    answer = b"\7" * 400_000
+
+    async def big(message: bytes) -> bytes:
+        nonlocal computed
+        computed += 1
+        return answer
+
+    async def scenario() -> None:
+        transport = GrpcTransport({"/big": Route(unary=big)}, lambda exc: (INTERNAL, str(exc)), max_message=4 << 20,
+                                  max_calls=8, max_connections=8, budget=budget)
+        await transport.start("127.0.0.1", 0, reuse_port=False)
+        address = f"127.0.0.1:{transport.port}"
+        try:
+            stalled = H2Client(address)
+            stalled.conn.acknowledge_received_data = lambda *args: None  # type: ignore[method-assign]  # never reads
+            for _ in range(2):
+                stalled.send(stalled.start("/big"), framed(b""))
+            for _ in range(200):  # until both calls have ended, their answers queued (the server's own time)
+                if computed == 2 and transport.calls == 0:
+                    break
+                await asyncio.sleep(0.05)
+            held = budget.held
+            assert transport.max_unread < 800_000 - 65_535 <= held <= 800_000 - 65_535 + 10, held  # what nghttp2 took is out
+            refused = await asyncio.to_thread(stalled.call, "/big", b"")
+            assert refused.status == str(RESOURCE_EXHAUSTED) and "read them first" in refused.message, refused
+            assert computed == 2
+            with H2Client(address) as other:
+                dropped = await asyncio.to_thread(other.call, "/big", b"")
+            assert dropped.status == str(UNAVAILABLE) and dropped.body == b"", dropped
+            assert computed == 3 and budget.held == held
+            stalled.close()
+            for _ in range(200):  # until the server has seen the close
+                if not transport.connections and budget.held == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert budget.held == 0
+            with H2Client(address) as reader:
+                served = await asyncio.to_thread(reader.call, "/big", b"")
+            assert served.status == "0" and served.body == framed(answer), served.status
+            for _ in range(200):
+                if not transport.connections:
+                    break
+                await asyncio.sleep(0.05)
+            assert budget.held == 0
+        finally:
+            await transport.stop(grace=1)
 
     asyncio.run(scenario())

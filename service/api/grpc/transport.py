@@ -19,7 +19,16 @@ the process's budget of bytes in flight (``budget``, service/inflight.py, shared
 partial messages as they arrive (RESOURCE_EXHAUSTED for one that would pass it), a whole message and
 its inflation by its call (UNAVAILABLE while other requests hold the budget); and a connection stops
 being read while its answers wait for the client to read them. A message's memory follows the bytes
-that arrived (h2grpc grows it as DATA comes), never what its prefix announces."""
+that arrived (h2grpc grows it as DATA comes), never what its prefix announces.
+
+Answers pass through the same budget: a call's answer takes its place there when the call gives its
+request back, and holds it until nghttp2 takes its last frame (``Session.answers``: what the client's
+flow-control window holds back); one that does not fit beside what others hold is dropped and the call
+answered UNAVAILABLE (RESOURCE_EXHAUSTED when it could never fit), so a client that never reads holds at
+most the budget. A connection whose unread answers pass ``max_unread`` bytes gets no new call computed
+(RESOURCE_EXHAUSTED) until it reads. Answers go to the socket ``WRITE_CHUNK`` bytes at a time and not
+while the transport's write buffer is over its high-water mark: a client that opens a huge window but
+never reads the socket leaves them queued (and counted), not in the transport's buffer."""
 from __future__ import annotations
 
 import asyncio
@@ -61,6 +70,9 @@ _PROBLEMS = {  # h2grpc's reason for a body that is not one whole message
     "over-budget": (RESOURCE_EXHAUSTED, "the server holds as many partially received request bytes as it may; retry later"),
 }
 from ...limits import GRPC_MAX_STREAMS, MAX_STATUS_MESSAGE
+#: Bytes handed to the transport per write: with its high-water mark (asyncio's 64 KiB), what one
+#: connection's socket buffer holds beyond the counted answers (plus one 16 KiB frame).
+WRITE_CHUNK = 1 << 16
 _TIMEOUT = re.compile(rb"(\d{1,8})([HMSmun])")
 _UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
@@ -92,6 +104,7 @@ class GrpcTransport:
         self.error_status = error_status
         self.max_message, self.max_calls, self.max_connections = max_message, max_calls, max_connections
         self.max_streams, self.window = max_streams, window
+        self.max_unread = budget.limit // 2  # a connection's unread answers past it: no new call is computed
         self.calls = 0
         self.connections: set[_Connection] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -131,6 +144,8 @@ class _Connection(asyncio.Protocol):
         self.expired: set[int] = set()  # calls their deadline cancelled: answered DEADLINE_EXCEEDED
         self.reserved = 0  # bytes of the budget this connection holds: its partial messages, whole ones until a call takes them
         self.requests: dict[int, tuple[asyncio.Queue, Claim]] = {}  # a bidi call's messages not yet taken (None: the end)
+        self.unread = 0  # bytes of the budget this connection's queued answers hold (Session.answers once flushed)
+        self.writing = True  # False while the transport's write buffer is over its high-water mark
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -189,6 +204,10 @@ class _Connection(asyncio.Protocol):
         if self.server.calls >= self.server.max_calls:
             self.finish(stream_id, RESOURCE_EXHAUSTED, f"more than {self.server.max_calls} calls at once (VKACT_MAX_CONNECTIONS)")
             return None
+        if self.unread > self.server.max_unread:  # the client does not read its answers: compute no more
+            self.finish(stream_id, RESOURCE_EXHAUSTED, f"this connection holds {self.unread} bytes of answers its client has not "
+                        f"read (more than {self.server.max_unread}); read them first")
+            return None
         self.server.calls += 1
         claim = self.server.budget.claim()  # the message's bytes, and what they inflate to, while the call runs
         task = self.loop.create_task(self._call(stream_id, route, message, timeout, encoding, claim))
@@ -228,12 +247,15 @@ class _Connection(asyncio.Protocol):
             claim.shrink(len(message))
 
     def pause_writing(self) -> None:  # answers wait for the client: read no more requests meanwhile
+        self.writing = False
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.writing = True
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
+            self.flush()
 
     def _charge(self, held: int) -> None:
         """This connection's share of the budget becomes ``held`` bytes (what it received and still holds)."""
@@ -247,6 +269,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
         self._charge(0)
+        self.server.budget.release(self.unread)
+        self.unread = 0
         for task in self.calls.values():
             task.cancel()
         self.calls.clear()
@@ -269,7 +293,9 @@ class _Connection(asyncio.Protocol):
             if route.unary is not None:
                 assert message is not None
                 answer = await route.unary(message)
-                if self.session is not None:
+                claim.release()  # the request is done with: its bytes give way to the answer's
+                if self._hold_answer(stream_id, answer):
+                    assert self.session is not None
                     self.session.reply(stream_id, answer)
             elif route.bidi is not None:
                 await route.bidi(self._messages(stream_id), lambda m: self._send(stream_id, m))
@@ -305,9 +331,31 @@ class _Connection(asyncio.Protocol):
             task.cancel()
 
     def _send(self, stream_id: int, message: bytes) -> None:
-        if self.session is not None:
+        if self._hold_answer(stream_id, message):
+            assert self.session is not None
             self.session.send(stream_id, message)
             self.flush()
+        else:
+            task = self.calls.get(stream_id)  # answered with its error: the stream's call ends
+            if task is not None:
+                task.cancel()
+
+    def _hold_answer(self, stream_id: int, answer: bytes) -> bool:
+        """Whether ``answer`` may be queued: its bytes taken from the budget until nghttp2 takes them. If
+        not (the budget held by others, or the stream gone), the call is answered here and False."""
+        if self.session is None:
+            return False
+        budget = self.server.budget
+        if budget.try_reserve(len(answer)):
+            self.unread += len(answer)
+            return True
+        if len(answer) > budget.limit:
+            self.finish(stream_id, RESOURCE_EXHAUSTED, f"the answer ({len(answer)} bytes) is larger than all answers and "
+                        f"requests in flight may hold (VKACT_INFLIGHT_BYTES)")
+        else:
+            self.finish(stream_id, UNAVAILABLE, "the memory for answers and requests in flight (VKACT_INFLIGHT_BYTES) is "
+                        "held by answers clients have not read yet; retry shortly")
+        return False
 
     def finish(self, stream_id: int, code: int, message: str) -> None:
         if self.session is not None:
@@ -317,9 +365,12 @@ class _Connection(asyncio.Protocol):
         session, transport = self.session, self.transport
         if session is None or transport is None or transport.is_closing():
             return
-        data = session.pending()
-        if data:
+        # a chunk at a time while the transport takes them: write() calls pause_writing past its mark
+        while self.writing and (data := session.pending(WRITE_CHUNK)):
             transport.write(data)
+        if self.unread != session.answers:  # what nghttp2 took (or a reset dropped) leaves the budget
+            self.server.budget.release(self.unread - session.answers)
+            self.unread = session.answers
         if not session.open:
             self.close()
 
