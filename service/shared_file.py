@@ -1,0 +1,108 @@
+"""A small JSON document that every HTTP process of one server (``--workers N``) shares: a file in
+/dev/shm, named after the server (supervisor.registry_owner), swept with the server's other files when it
+dies (slots.sweep_stale_files) and removed when it stops.
+
+A change takes an exclusive flock on a separate lock file, reads the document, writes a new file and
+renames it over the old one, so a full /dev/shm fails the change, never the document, and a reader (no
+lock) sees the old document or the new one whole. Readers reparse only when the file was replaced: an
+unchanged document costs one open and one fstat.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Generic, TypeVar
+
+from .errors import VkactError
+
+T = TypeVar("T")
+
+
+class SharedFileWriteFailed(VkactError):
+    """The document could not be written (no room in /dev/shm): nothing changed."""
+
+    status = 507
+
+
+class SharedFile(Generic[T]):
+    """The document at ``path`` as ``decode`` makes it of the JSON (``encode`` makes JSON of it again);
+    ``what`` names it in errors. ``empty()`` is the document while there is no file."""
+
+    def __init__(self, path: str, what: str, decode: Callable[[Any], T], encode: Callable[[T], Any], empty: Callable[[], T]) -> None:
+        self.path = path
+        self.what = what
+        self._decode, self._encode, self._empty = decode, encode, empty
+        self._seen: tuple[int, int, int] | None = None  # (inode, mtime, size) of the file last parsed
+        self._value: T = empty()
+
+    def current(self) -> T:
+        """The document, reparsed only when the file was replaced (a rename is atomic: no lock)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if self._seen is not None:
+                self._seen, self._value = None, self._empty()
+            return self._value
+        try:
+            info = os.fstat(fd)
+            seen = (info.st_ino, info.st_mtime_ns, info.st_size)
+            if seen != self._seen:
+                raw = os.pread(fd, info.st_size, 0)
+                self._value = self._decode(json.loads(raw)) if raw else self._empty()
+                self._seen = seen
+        finally:
+            os.close(fd)
+        return self._value
+
+    @contextmanager
+    def changing(self) -> Iterator[T]:
+        """The document to change (a copy: ``decode`` makes a new one), under the lock; written (a new
+        file, renamed) when the block ends without an exception."""
+        try:
+            lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # no inode left in /dev/shm
+            raise SharedFileWriteFailed(f"the {self.what} could not be locked ({exc.strerror}): nothing changed") from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.current()
+            value = self._decode(self._encode(self._value))  # a copy to change
+            yield value
+            self._write(value)
+        finally:
+            os.close(lock)  # releases the lock
+
+    def _write(self, value: T) -> None:
+        data = json.dumps(self._encode(value)).encode()
+        temporary = f"{self.path}.new-{os.getpid()}"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                # Reserve the blocks first: on tmpfs a write into a full filesystem may be short.
+                os.posix_fallocate(fd, 0, len(data))
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(errno.ENOSPC, "short write")
+            finally:
+                os.close(fd)
+            os.rename(temporary, self.path)
+        except OSError as exc:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise SharedFileWriteFailed(
+                f"the {self.what} could not be written ({exc.strerror}): nothing changed; "
+                f"free room in {os.path.dirname(self.path)} and retry"
+            ) from None
+
+    def close(self) -> None:
+        """At shutdown: remove the document."""
+        for path in (self.path, self.path + ".lock"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
