@@ -51,25 +51,38 @@ class SharedFile(Generic[T]):
             info = os.fstat(fd)
             seen = (info.st_ino, info.st_mtime_ns, info.st_size)
             if seen != self._seen:
-                raw = os.pread(fd, info.st_size, 0)
-                self._value = self._decode(json.loads(raw)) if raw else self._empty()
-                self._seen = seen
+                self._value, self._seen = self._parse(fd, info.st_size), seen
+            return self._value
         finally:
             os.close(fd)
-        return self._value
+
+    def _parse(self, fd: int, size: int) -> T:
+        raw = os.pread(fd, size, 0)
+        return self._decode(json.loads(raw)) if raw else self._empty()
+
+    def _fresh(self) -> T:
+        """The document as the file holds it now, parsed again and not kept: a change (under the lock,
+        perhaps in a thread) must not start from what a concurrent ``current()`` keeps."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return self._empty()
+        try:
+            return self._parse(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
 
     @contextmanager
     def changing(self) -> Iterator[T]:
-        """The document to change (a copy: ``decode`` makes a new one), under the lock; written (a new
-        file, renamed) when the block ends without an exception."""
+        """The document to change (parsed for the change), under the lock; written (a new file,
+        renamed) when the block ends without an exception."""
         try:
             lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:  # no inode left in /dev/shm
             raise SharedFileWriteFailed(f"the {self.what} could not be locked ({exc.strerror}): nothing changed") from None
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            self.current()
-            value = self._decode(self._encode(self._value))  # a copy to change
+            value = self._fresh()
             yield value
             self._write(value)
         finally:
