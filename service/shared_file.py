@@ -5,7 +5,9 @@ dies (slots.sweep_stale_files) and removed when it stops.
 A change takes an exclusive flock on a separate lock file, reads the document, writes a new file and
 renames it over the old one, so a full /dev/shm fails the change, never the document, and a reader (no
 lock) sees the old document or the new one whole. Readers reparse only when the file was replaced: an
-unchanged document costs one open and one fstat.
+unchanged document costs one open and one fstat. Large texts (a graph model's config, up to 1 MiB) are
+attachments beside it (``{path}.{token}``) that the document names, so a change never makes every
+process reparse them all on its event loop.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from typing import Any, Generic, TypeVar
 from .errors import VkactError
 
 T = TypeVar("T")
+#: Hex digits of an attachment's token (slots._OWNED_NAME sweeps ``.json.`` and this many of them).
+ATTACHMENT_TOKEN = 16
 
 
 class SharedFileWriteFailed(VkactError):
@@ -112,10 +116,50 @@ class SharedFile(Generic[T]):
                 f"free room in {os.path.dirname(self.path)} and retry"
             ) from None
 
-    def close(self) -> None:
-        """At shutdown: remove the document."""
-        for path in (self.path, self.path + ".lock"):
+    # -- attachments: texts too large to reparse with the document on every change ----------------------
+
+    def attach(self, token: str, text: str) -> None:
+        """Write ``text`` beside the document as ``{path}.{token}`` (``token``: ATTACHMENT_TOKEN hex digits,
+        new each time), before the document names it: a reader finds it whole. Nothing is left when it fails."""
+        path = self._attachment(token)
+        data = text.encode("utf-8", "surrogatepass")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+                os.posix_fallocate(fd, 0, max(1, len(data)))
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.detach(token)
+            raise SharedFileWriteFailed(f"the {self.what} could not be written ({exc.strerror}): nothing changed; "
+                                        f"free room in {os.path.dirname(self.path)} and retry") from None
+
+    def attached(self, token: str) -> str | None:
+        """The text attached as ``token``; None when it is gone (its entry was replaced or removed meanwhile)."""
+        try:
+            with open(self._attachment(token), "rb") as f:
+                return f.read().decode("utf-8", "surrogatepass")
+        except FileNotFoundError:
+            return None
+
+    def detach(self, token: str) -> None:
+        try:
+            os.unlink(self._attachment(token))
+        except FileNotFoundError:
+            pass
+
+    def _attachment(self, token: str) -> str:
+        assert len(token) == ATTACHMENT_TOKEN and all(c in "0123456789abcdef" for c in token), token
+        return f"{self.path}.{token}"
+
+    def close(self) -> None:
+        """At shutdown: remove the document and its attachments."""
+        directory, name = os.path.split(self.path)
+        for entry in os.listdir(directory or "."):
+            if entry == name or entry.startswith(name + "."):
+                try:
+                    os.unlink(os.path.join(directory, entry))
+                except FileNotFoundError:
+                    pass

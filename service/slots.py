@@ -130,8 +130,8 @@ def server_file(kind: str, server: int) -> str:
 
 
 # vkact-PID-START-N (a tensor slot) and vkact-KIND-PID-START.json (a server's shared document, with its
-# .lock and a .new-PID being written): the process that made the file, and when it started
-_OWNED_NAME = re.compile(rf"vkact-(?:(?:{'|'.join(SERVER_FILES)})-)?(\d+)-(\d+)(?:-\d+|\.json(?:\.lock|\.new-\d+)?)")
+# .lock, a .new-PID being written and its attachments, .TOKEN: shared_file.ATTACHMENT_TOKEN hex digits): the process that made the file, and when it started
+_OWNED_NAME = re.compile(rf"vkact-(?:(?:{'|'.join(SERVER_FILES)})-)?(\d+)-(\d+)(?:-\d+|\.json(?:\.lock|\.new-\d+|\.[0-9a-f]{{16}})?)")
 
 
 def sweep_stale_files(directory: str = SHM_DIR) -> list[str]:

@@ -34,7 +34,7 @@ from ..descriptors import packed_strides
 from ..descriptors.graph import GraphDesc
 from ..descriptors.tensor import TensorDesc
 from ..errors import DescriptorError, InvalidRequest, UnknownOperator
-from ..shared_file import SharedFile
+from ..shared_file import ATTACHMENT_TOKEN, SharedFile
 from . import graphs
 from .graphs import CompiledGraph
 from .metrics import MODEL_VERSION, ModelStats, TritonMetrics
@@ -79,7 +79,7 @@ class GraphModel:
     inputs: tuple[GraphTensor, ...]     # in graph input index order
     outputs: tuple[GraphTensor, ...]    # in graph output index order
     stats: ModelStats = field(compare=False, repr=False)
-    serial: str = ""   # the load it came from (see _Entry)
+    serial: str = ""   # the load it came from (GraphModels: each load makes a new one)
 
     @property
     def graph(self) -> GraphDesc:
@@ -146,29 +146,21 @@ def _tensors(graph: GraphDesc) -> tuple[tuple[GraphTensor, ...], tuple[GraphTens
     return inputs, outputs
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """A loaded graph model as the server's graph file keeps it: the config it was loaded with, and a
-    token that a reload changes (a load of the same text again is a reload too)."""
-
-    config: str
-    serial: str
+def _decode(data: Any) -> dict[str, str]:
+    return {str(name): str(serial) for name, serial in data.items()}
 
 
-def _decode(data: Any) -> dict[str, _Entry]:
-    return {name: _Entry(**entry) for name, entry in data.items()}
-
-
-def _encode(entries: dict[str, _Entry]) -> dict[str, Any]:
-    return {name: {"config": e.config, "serial": e.serial} for name, e in entries.items()}
+def _same(entries: dict[str, str]) -> dict[str, str]:
+    return entries
 
 
 class GraphModels:
     """The graph models of one server, by name, for each of its HTTP processes.
 
-    What is loaded is the server's graph file (shared_file.SharedFile: name -> config and serial), which
-    every load, reload and unload changes under its lock, whichever process took the request; the
-    limit counts its entries. Each process compiles a model the first time it sees its serial (the
+    What is loaded is the server's graph file (shared_file.SharedFile: name -> serial, a token that each
+    load makes anew; the config it was loaded with is the file's attachment of that serial), which every
+    load, reload and unload changes under its lock, whichever process took the request; the limit
+    counts its entries. Each process compiles a model the first time it sees its serial (the
     compiler caches programs by structure, so a model another process loaded costs this one a parse
     and a plan, and glslang only for a structure new to it), once for the device's limits: a model
     looked up before the device worker reported is compiled again once when it has, and kept."""
@@ -176,14 +168,14 @@ class GraphModels:
     def __init__(self, settings: Settings, triton: TritonMetrics, path: str, device: Callable[[], dict | None]) -> None:
         self.settings = settings
         self._triton = triton
-        self._file: SharedFile[dict[str, _Entry]] = SharedFile(path, "graph model file", _decode, _encode, dict)
+        self._file: SharedFile[dict[str, str]] = SharedFile(path, "graph model file", _decode, _same, dict)
         self._device = device
         self._models: dict[str, GraphModel] = {}   # compiled here, by name (a serial the file may have replaced)
-        self._compiling: dict[tuple[str, str, int | None], asyncio.Future[GraphModel]] = {}
-        self._synced: dict[str, _Entry] | None = None   # the file's entries this process last saw
+        self._compiling: dict[tuple[str, str, int | None], asyncio.Future[GraphModel | None]] = {}
+        self._synced: dict[str, str] | None = None   # the file's entries this process last saw
         self._lock: asyncio.Lock | None = None  # loads one at a time (made on the event loop)
 
-    def _entries(self) -> dict[str, _Entry]:
+    def _entries(self) -> dict[str, str]:
         """The file's entries; a model gone from it (unloaded anywhere) is forgotten here with its
         statistics, and one new to this process gets them (at zero)."""
         entries = self._file.current()
@@ -206,8 +198,8 @@ class GraphModels:
     def names(self) -> list[str]:
         return sorted(self._entries())
 
-    def check(self, name: str, version: str | None = None) -> _Entry:
-        """The file's entry of graph model ``name``; UnknownOperator (404), naming the version, when
+    def check(self, name: str, version: str | None = None) -> str:
+        """The serial of graph model ``name`` in the file; UnknownOperator (404), naming the version, when
         there is no such model."""
         entry = self._entries().get(name)
         if entry is None:
@@ -220,27 +212,38 @@ class GraphModels:
         """The loaded graph model ``name``, compiled by this process for the device (the first lookup
         of a serial compiles it; lookups meanwhile wait for that compilation); UnknownOperator (404),
         naming the version, when there is no such model."""
-        entry = self.check(name, version)
-        device = self._device()
-        storage_buffers = graphs.device_storage_buffers(device) if device is not None else None
-        model = self._models.get(name)
-        if model is not None and model.serial == entry.serial and (device is None or model.compiled.storage_buffers == storage_buffers):
+        for _ in range(3):   # a reload or unload elsewhere may take the config away as it is read
+            serial = self.check(name, version)
+            device = self._device()
+            storage_buffers = graphs.device_storage_buffers(device) if device is not None else None
+            model = self._models.get(name)
+            if model is not None and model.serial == serial and (device is None or model.compiled.storage_buffers == storage_buffers):
+                return model
+            key = (name, serial, storage_buffers)
+            pending = self._compiling.get(key)
+            if pending is None:
+                pending = self._compiling[key] = asyncio.ensure_future(self._compile(name, serial, storage_buffers))
+                pending.add_done_callback(lambda _, key=key: self._compiling.pop(key, None))
+            model = await asyncio.shield(pending)   # one caller's cancellation leaves the others their model
+            if model is None:
+                continue
+            if self._file.current().get(name) == serial:   # not replaced or unloaded meanwhile
+                self._models[name] = model
             return model
-        key = (name, entry.serial, storage_buffers)
-        pending = self._compiling.get(key)
-        if pending is None:
-            pending = self._compiling[key] = asyncio.ensure_future(self._compile(name, entry, storage_buffers))
-            pending.add_done_callback(lambda _: self._compiling.pop(key, None))
-        model = await asyncio.shield(pending)   # one caller's cancellation leaves the others their model
-        if self._file.current().get(name) == entry:   # not replaced or unloaded meanwhile
-            self._models[name] = model
-        return model
+        raise UnknownOperator(f"graph model {name!r} is being replaced or unloaded: retry")
 
-    async def _compile(self, name: str, entry: _Entry, storage_buffers: int | None) -> GraphModel:
-        graph, inputs, outputs = await asyncio.to_thread(self._parse, entry.config)
-        compiled = await graphs.compile_graph(self.settings, graph, storage_buffers)
-        stats = self._triton.model(name) or self._triton.add_model(name)
-        return GraphModel(name, compiled, inputs, outputs, stats, entry.serial)
+    async def _compile(self, name: str, serial: str, storage_buffers: int | None) -> GraphModel | None:
+        """Model ``name`` as loaded with ``serial``, compiled; None when its config is gone (replaced or
+        unloaded since the file was read)."""
+        parsed = await asyncio.to_thread(self._read_and_parse, serial)
+        if parsed is None:
+            return None
+        graph, inputs, outputs = parsed
+        return self._model(name, await graphs.compile_graph(self.settings, graph, storage_buffers), inputs, outputs, serial)
+
+    def _read_and_parse(self, serial: str) -> tuple[GraphDesc, tuple[GraphTensor, ...], tuple[GraphTensor, ...]] | None:
+        text = self._file.attached(serial)
+        return None if text is None else self._parse(text)
 
     async def load(self, name: str, text: str, device: dict | None) -> GraphModel:
         """Validate and compile the graph ``text`` (DML_GRAPH_DESC's JSON) as model ``name``, then put
@@ -257,16 +260,27 @@ class GraphModels:
             if device is not None:
                 graphs.check_limits(graph, device["max_tensor_bytes"], self.settings.pool_bytes)
             compiled = await graphs.compile_graph(self.settings, graph, graphs.device_storage_buffers(device) if device else None)
-            entry = _Entry(text, os.urandom(8).hex())
-            await asyncio.to_thread(self._store, name, entry)   # the file's lock and write, off the event loop
+            serial = os.urandom(ATTACHMENT_TOKEN // 2).hex()
+            await asyncio.to_thread(self._store, name, serial, text)   # the files' lock and writes, off the event loop
         self._entries()
-        model = self._models[name] = GraphModel(name, compiled, inputs, outputs, self._triton.model(name) or self._triton.add_model(name), entry.serial)
+        model = self._models[name] = self._model(name, compiled, inputs, outputs, serial)
         return model
 
-    def _store(self, name: str, entry: _Entry) -> None:
-        with self._file.changing() as entries:
-            self._check_room(name, entries)   # counted again under the lock: another process may have loaded one
-            entries[name] = entry
+    def _model(self, name: str, compiled: CompiledGraph, inputs: tuple[GraphTensor, ...], outputs: tuple[GraphTensor, ...], serial: str) -> GraphModel:
+        return GraphModel(name, compiled, inputs, outputs, self._triton.model(name) or self._triton.add_model(name), serial)
+
+    def _store(self, name: str, serial: str, text: str) -> None:
+        self._file.attach(serial, text)   # first: a process that reads the new entry finds its config
+        replaced = None
+        try:
+            with self._file.changing() as entries:
+                self._check_room(name, entries)   # counted again under the lock: another process may have loaded one
+                replaced, entries[name] = entries.get(name), serial
+        except BaseException:
+            self._file.detach(serial)
+            raise
+        if replaced is not None:
+            self._file.detach(replaced)
 
     def _parse(self, text: str) -> tuple[GraphDesc, tuple[GraphTensor, ...], tuple[GraphTensor, ...]]:
         try:  # 400s, never a RecursionError: text nested too deeply, an integer too long, not an object
@@ -284,8 +298,10 @@ class GraphModels:
 
     def _remove(self, name: str) -> None:
         with self._file.changing() as entries:
-            if entries.pop(name, None) is None:
+            serial = entries.pop(name, None)
+            if serial is None:
                 raise UnknownOperator(f"unknown model {name!r}: no operator model and no loaded graph model has that name")
+        self._file.detach(serial)
 
     def close(self) -> None:
         """At shutdown: forget the server's graph models."""
@@ -298,7 +314,7 @@ class GraphModels:
             raise InvalidRequest(f"a graph model's name is 1 to 128 of A-Z a-z 0-9 _ . - (not starting with . or -, "
                                  f"not {', '.join(sorted(RESERVED_NAMES))}); got {name[:160]!r}", "name")
 
-    def _check_room(self, name: str, entries: dict[str, _Entry]) -> None:
+    def _check_room(self, name: str, entries: dict[str, str]) -> None:
         limit = self.settings.max_graph_models
         taken = len(entries)
         if name not in entries and taken >= limit:
