@@ -92,13 +92,19 @@ class GraphResult:
         return self.copy_s + sum(max(t - self.copy_s, 0.0) for t in self.nodes_s)
 
 
+def compile_for(compiler: GraphCompiler, engine: Engine, graph: GraphDesc, fuse: bool = True) -> GraphPlan:
+    """``graph`` compiled as the service compiles it for this device: within its storage-buffer limit
+    (maxPerStageDescriptorStorageBuffers, as the device worker reports it; VKACT_GRAPH_MAX_STORAGE_BUFFERS lowers it)."""
+    return compiler.compile(graph, fuse=fuse, storage_buffers=engine.device.max_per_stage_storage_buffers)
+
+
 def measure(engine: Engine, log2: int, repeat: int, warmup: int = 2) -> list[GraphResult]:
     compiler = GraphCompiler(engine.settings)
     x_array = np.random.default_rng(log2).standard_normal(1 << log2, dtype=np.float32) * 3
     x = x_array.tobytes()
     results = []
     for name, graph in graphs(log2).items():
-        fused, unfused = compiler.compile(graph), compiler.compile(graph, fuse=False)
+        fused, unfused = compile_for(compiler, engine, graph), compile_for(compiler, engine, graph, fuse=False)
         want = engine.execute_graph(unfused, [x])
         got = engine.execute_graph(fused, [x])
         assert np.array_equal(got[0], want[0]), f"{name}: fused and node-by-node answers differ"
@@ -156,9 +162,9 @@ def exactness(engine: Engine, log2: int, repeat: int, warmup: int = 2) -> list[E
     for dtype, np_type in ((DataType.FLOAT32, np.float32), (DataType.FLOAT16, np.float16)):
         graph = _graph(CHAINS["exp/tanh"][:4], [1 << log2], {"LINEAR": {"Alpha": 0.5, "Beta": 0.1}}, dtype)
         x = (np.random.default_rng(log2).standard_normal(1 << log2) * 3).astype(np_type).tobytes()
-        exact = GraphCompiler(engine.settings).compile(graph)
+        exact = compile_for(GraphCompiler(engine.settings), engine, graph)
         with _unrounded():
-            loose = GraphCompiler(engine.settings).compile(graph)
+            loose = compile_for(GraphCompiler(engine.settings), engine, graph)
         # its own run: the engine keeps runs by program key, which the two plans share
         loose = GraphPlan(graph, dataclasses.replace(loose.program, key=loose.program.key + "-unrounded"))
         run = GraphRun(engine, loose)

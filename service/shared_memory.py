@@ -2,11 +2,9 @@
 (shm_open, e.g. tritonclient.utils.shared_memory) and register by name, so tensors travel through memory
 instead of the HTTP body.
 
-The registrations live in a small JSON file in /dev/shm, so that every HTTP process of one server
-(``--workers N``) sees the same regions: a client registers through one connection and infers through
-another, which may reach another process. A change writes a new file and renames it over the old one
-(under an exclusive flock on a separate lock file), so a full /dev/shm fails the change, never the
-registry; readers reparse only when the file was replaced.
+The registrations live in a small JSON file in /dev/shm (shared_file.SharedFile), so that every HTTP
+process of one server (``--workers N``) sees the same regions: a client registers through one
+connection and infers through another, which may reach another process.
 
 A region's bytes are read and written with preadv/pwritev on a descriptor opened for the request, never
 through a mapping: the client owns the object and may shrink it at any time, and touching a mapped page
@@ -14,9 +12,6 @@ past its new end would kill this process with SIGBUS. No descriptor is kept betw
 """
 from __future__ import annotations
 
-import errno
-import fcntl
-import json
 import os
 import stat
 from collections.abc import Iterator
@@ -26,6 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import InvalidRequest, VkactError
+from .shared_file import SharedFile, SharedFileWriteFailed
 from .slots import write_in_thread
 
 SHM_DIR = "/dev/shm"
@@ -42,10 +38,7 @@ class RegistryFull(InvalidRequest):
     """max_shm_regions regions are registered already."""
 
 
-class RegistryWriteFailed(VkactError):
-    """The registry could not be written (no room in /dev/shm): nothing changed."""
-
-    status = 507
+RegistryWriteFailed = SharedFileWriteFailed  # the registry could not be written (no room in /dev/shm): nothing changed
 
 
 @dataclass(frozen=True)
@@ -155,68 +148,16 @@ class SharedMemoryRegistry:
     def __init__(self, registry_path: str, max_regions: int = 1024) -> None:
         self.path = registry_path
         self.max_regions = max_regions
-        self._seen: tuple[int, int, int] | None = None  # (inode, mtime, size) of the file last parsed
-        self._specs: dict[str, RegionSpec] = {}
-
-    # -- the shared registration file ------------------------------------------------------------------
+        self._file: SharedFile[dict[str, RegionSpec]] = SharedFile(
+            registry_path, "shared memory registry",
+            lambda data: {name: RegionSpec(**entry) for name, entry in data.items()},
+            lambda specs: {name: asdict(spec) for name, spec in specs.items()}, dict)
 
     def _current(self) -> dict[str, RegionSpec]:
-        """The registrations, reparsed only when the file was replaced (a rename is atomic: no lock)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            self._seen, self._specs = None, {}
-            return self._specs
-        try:
-            info = os.fstat(fd)
-            seen = (info.st_ino, info.st_mtime_ns, info.st_size)
-            if seen != self._seen:
-                raw = os.pread(fd, info.st_size, 0)
-                self._specs = {name: RegionSpec(**entry) for name, entry in json.loads(raw or b"{}").items()}
-                self._seen = seen
-        finally:
-            os.close(fd)
-        return self._specs
+        return self._file.current()
 
-    @contextmanager
-    def _changing(self) -> Iterator[dict[str, RegionSpec]]:
-        """The registrations to change, under the lock; written (a new file, renamed) when the block ends."""
-        try:
-            lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:  # no inode left in /dev/shm
-            raise RegistryWriteFailed(f"the shared memory registry could not be locked ({exc.strerror}): nothing changed") from None
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            specs = dict(self._current())
-            yield specs
-            self._write(specs)
-        finally:
-            os.close(lock)  # releases the lock
-
-    def _write(self, specs: dict[str, RegionSpec]) -> None:
-        data = json.dumps({name: asdict(spec) for name, spec in specs.items()}).encode()
-        temporary = f"{self.path}.new-{os.getpid()}"
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                # Reserve the blocks first: on tmpfs a write into a full filesystem may be short.
-                if data:
-                    os.posix_fallocate(fd, 0, len(data))
-                written = os.write(fd, data)
-                if written != len(data):
-                    raise OSError(errno.ENOSPC, "short write")
-            finally:
-                os.close(fd)
-            os.rename(temporary, self.path)
-        except OSError as exc:
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
-            raise RegistryWriteFailed(
-                f"the shared memory registry could not be written ({exc.strerror}): nothing changed; "
-                f"free room in {os.path.dirname(self.path)} and retry"
-            ) from None
+    def _changing(self):  # noqa: ANN202 - SharedFile.changing's context manager
+        return self._file.changing()
 
     # -- the extension's operations --------------------------------------------------------------------
 
@@ -269,8 +210,5 @@ class SharedMemoryRegistry:
 
     def close(self) -> None:
         """At shutdown: forget the registrations."""
-        for path in (self.path, self.path + ".lock"):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        self._file.close()
+

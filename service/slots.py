@@ -120,10 +120,18 @@ def owner_tag(pid: int) -> str:
     return f"{pid}-{process_start(pid) or 0}"
 
 
-# vkact-PID-START-N (a tensor slot) and vkact-regions-PID-START.json (a server's shared-memory
-# registrations, with its .lock and a .new-PID being written): the process that made the file, and
-# when it started
-_OWNED_NAME = re.compile(r"vkact-(?:regions-)?(\d+)-(\d+)(?:-\d+|\.json(?:\.lock|\.new-\d+)?)")
+#: A server's documents shared by its HTTP processes (shared_file.SharedFile): vkact-KIND-PID-START.json.
+SERVER_FILES = ("regions", "graphs")   # shared-memory registrations; loaded graph models
+
+
+def server_file(kind: str, server: int) -> str:
+    """The path of one of server ``server``'s shared documents (``kind`` one of SERVER_FILES)."""
+    return os.path.join(SHM_DIR, f"vkact-{kind}-{owner_tag(server)}.json")
+
+
+# vkact-PID-START-N (a tensor slot) and vkact-KIND-PID-START.json (a server's shared document, with its
+# .lock, a .new-PID being written and its attachments, .TOKEN: shared_file.ATTACHMENT_TOKEN hex digits): the process that made the file, and when it started
+_OWNED_NAME = re.compile(rf"vkact-(?:(?:{'|'.join(SERVER_FILES)})-)?(\d+)-(\d+)(?:-\d+|\.json(?:\.lock|\.new-\d+|\.[0-9a-f]{{16}})?)")
 
 
 def sweep_stale_files(directory: str = SHM_DIR) -> list[str]:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from .slots import SHM_DIR, owner_tag, sweep_stale_files
+from .slots import SERVER_FILES, SHM_DIR, owner_tag, sweep_stale_files
 
 log = logging.getLogger("vkact.supervisor")
 SUPERVISOR_ENV = "VKACT_SUPERVISOR_PID"  # tells the HTTP processes whose registry they share
@@ -39,8 +39,10 @@ def registry_owner(workers: int) -> int:
 
 
 def _remove_registry(tag: str) -> None:
+    """Remove the server's shared documents (slots.SERVER_FILES)."""
+    prefixes = tuple(f"vkact-{kind}-{tag}.json" for kind in SERVER_FILES)
     for name in os.listdir(SHM_DIR):
-        if name.startswith(f"vkact-regions-{tag}.json"):
+        if name.startswith(prefixes):
             try:
                 os.unlink(os.path.join(SHM_DIR, name))
             except OSError:

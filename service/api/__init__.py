@@ -3,7 +3,6 @@ no kp in this process."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,7 +10,7 @@ from fastapi import FastAPI
 
 from ..config import Settings
 from ..shared_memory import SharedMemoryRegistry
-from ..slots import SHM_DIR, owner_tag
+from ..slots import server_file
 from ..supervisor import registry_owner
 from ..worker import DeviceWorker
 from . import errors, health, openapi
@@ -52,13 +51,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await grpc_server.stop()
         await worker.close()
         runtime.shared_memory.close()
+        runtime.graphs.close()
 
     app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,  # openapi.install
                   description="DirectML's activation operators on any Vulkan device")
-    # One registration file per server, shared by its HTTP processes and kept across their restarts.
+    # One registration file and one graph model file per server, shared by its HTTP processes and kept
+    # across their restarts.
     server = registry_owner(settings.workers)
-    registry = SharedMemoryRegistry(os.path.join(SHM_DIR, f"vkact-regions-{owner_tag(server)}.json"), settings.max_shm_regions)
-    runtime = app.runtime = Runtime(settings, Metrics(), registry, HeaderCache(), HeaderCache())
+    registry = SharedMemoryRegistry(server_file("regions", server), settings.max_shm_regions)
+    runtime = app.runtime = Runtime(settings, Metrics(), registry, HeaderCache(), HeaderCache(), graphs_path=server_file("graphs", server))
     errors.install(app)
     app.include_router(v1.router)
     app.include_router(health.router)

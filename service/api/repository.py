@@ -45,30 +45,29 @@ async def load(state: Runtime, name: str, params: dict[str, Any]) -> None:
             raise InvalidRequest(f"{name!r} is an operator model, built in: a graph model needs a name of its own", "name")
         load_batching(state, op, config)
     elif config is not None:
-        worker = state.worker
-        await state.graphs.load(name, config, worker.info if is_ready(worker) and worker.info else None)
-    elif state.graphs.get(name) is None:
+        await state.graphs.load(name, config, state.device())
+    elif not state.graphs.has(name):
         raise UnknownOperator(f"unknown model {name!r}: to load a graph model, give its DML_GRAPH_DESC as the config parameter (a JSON string)")
 
 
-def unload(state: Runtime, name: str) -> None:
+async def unload(state: Runtime, name: str) -> None:
     if name in MODELS:
         raise InvalidRequest(f"model {name!r} is built into vkact and cannot be unloaded")
-    state.graphs.unload(name)
+    await state.graphs.unload(name)
 
 
-def graph_model(state: Runtime, name: str, version: str | None = None) -> GraphModel | None:
+async def graph_model(state: Runtime, name: str, version: str | None = None) -> GraphModel | None:
     """The graph model ``name`` (its version checked), or None when ``name`` is an operator model's."""
-    return None if name in MODELS else state.graphs.find(name, version)
+    return None if name in MODELS else await state.graphs.find(name, version)
 
 
-def metadata(state: Runtime, name: str, version: str | None = None) -> dict[str, Any]:
-    graph = graph_model(state, name, version)
+async def metadata(state: Runtime, name: str, version: str | None = None) -> dict[str, Any]:
+    graph = await graph_model(state, name, version)
     return graph.metadata() if graph is not None else model_metadata(state, find_model(name, version))
 
 
-def config(state: Runtime, name: str, version: str | None = None) -> dict[str, Any]:
-    graph = graph_model(state, name, version)
+async def config(state: Runtime, name: str, version: str | None = None) -> dict[str, Any]:
+    graph = await graph_model(state, name, version)
     return graph.config() if graph is not None else model_config(state, find_model(name, version))
 
 
@@ -80,6 +79,8 @@ def ready(state: Runtime, name: str, version: str | None = None) -> bool:
 
 def known(state: Runtime, name: str, version: str | None = None) -> str:
     """``name``, once it is known as a model (and ``version`` as its version); else UnknownOperator (404)."""
-    if graph_model(state, name, version) is None:
+    if name in MODELS:
         find_model(name, version)
+    else:
+        state.graphs.check(name, version)
     return name

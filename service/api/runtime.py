@@ -6,6 +6,7 @@ instead, through ``runtime(request)``.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from ..shared_memory import SharedMemoryRegistry
 from .header_cache import HeaderCache
 from ..dataplane.deadlines import Deadlines
 from ..dataplane.graph_models import GraphModels
+from ..dataplane.readiness import is_ready
 from ..dataplane.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -35,14 +37,22 @@ class Runtime:
     worker: DeviceWorker | None = None  # set when the app starts (its lifespan), with the event loop
     grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
     batching: dict[type[OperatorDesc], Batching] = field(default_factory=dict)  # set by load_model with a config
+    graphs_path: str = ""  # the server's graph model file (slots.server_file); "": graphs.json beside the registry's
     inflight: InflightBudget = field(init=False)  # request bytes in flight, HTTP's and gRPC's (VKACT_INFLIGHT_BYTES)
     graphs: GraphModels = field(init=False)  # graph models loaded through the repository extension
     deadlines: Deadlines = field(init=False)  # every execution's request_timeout_s, on one timer
 
     def __post_init__(self) -> None:
         self.inflight = InflightBudget(self.settings.inflight_limit)
-        self.graphs = GraphModels(self.settings, self.metrics.triton)
+        path = self.graphs_path or os.path.join(os.path.dirname(self.shared_memory.path), "graphs.json")
+        self.graphs = GraphModels(self.settings, self.metrics.triton, path, self.device)
         self.deadlines = Deadlines(self.settings.request_timeout_s)
+
+
+    def device(self) -> dict[str, Any] | None:
+        """The ready device worker's report (the device's limits), or None while it is not ready."""
+        worker = self.worker
+        return worker.info if worker is not None and is_ready(worker) and worker.info else None
 
 
 def runtime(connection: HTTPConnection) -> Runtime:

@@ -7,18 +7,22 @@ device's limits (graphs.check_limits) and compiled (graphs.compile_graph, in a t
 there) once, at load; each inference then runs the compiled graph (graphs.run_graph). Its inputs and outputs are the graph's input and output edges, named by their ``Name``s, each with
 the one data type and shape of its tensor descriptor (packed: the protocol's tensors are row-major).
 
-The registry belongs to the data plane (the front-ends only translate): a name never shadows an
-operator model, at most ``Settings.max_graph_models`` are loaded (VKACT_MAX_GRAPH_MODELS), a reload
-replaces the model at once (requests already running finish on the model they started with; the
-replacement is compiled before it is swapped in), and an unload forgets it (likewise). Each graph
-model has Triton's per-model statistics, registered at load and dropped at unload. The registry is
-per HTTP process, as the statistics and a load's batching are.
+The registry belongs to the data plane (the front-ends only translate) and to the whole server: what
+is loaded is a file in /dev/shm that every HTTP process (``--workers N``) reads (GraphModels), so a
+load through one connection serves inferences on any other. A name never shadows an operator model,
+at most ``Settings.max_graph_models`` are loaded per server (VKACT_MAX_GRAPH_MODELS), a reload
+replaces the model at once everywhere (requests already running finish on the model they started
+with; the replacement is compiled before it is swapped in), and an unload forgets it (likewise). Each
+graph model has Triton's per-model statistics in each process (as every model's are), registered when
+the process first sees it and dropped when it is unloaded.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
 from typing import Any
@@ -30,6 +34,7 @@ from ..descriptors import packed_strides
 from ..descriptors.graph import GraphDesc
 from ..descriptors.tensor import TensorDesc
 from ..errors import DescriptorError, InvalidRequest, UnknownOperator
+from ..shared_file import ATTACHMENT_TOKEN, SharedFile
 from . import graphs
 from .graphs import CompiledGraph
 from .metrics import MODEL_VERSION, ModelStats, TritonMetrics
@@ -74,6 +79,7 @@ class GraphModel:
     inputs: tuple[GraphTensor, ...]     # in graph input index order
     outputs: tuple[GraphTensor, ...]    # in graph output index order
     stats: ModelStats = field(compare=False, repr=False)
+    serial: str = ""   # the load it came from (GraphModels: each load makes a new one)
 
     @property
     def graph(self) -> GraphDesc:
@@ -140,52 +146,141 @@ def _tensors(graph: GraphDesc) -> tuple[tuple[GraphTensor, ...], tuple[GraphTens
     return inputs, outputs
 
 
-class GraphModels:
-    """The graph models of one HTTP process, by name."""
+def _decode(data: Any) -> dict[str, str]:
+    return {str(name): str(serial) for name, serial in data.items()}
 
-    def __init__(self, settings: Settings, triton: TritonMetrics) -> None:
+
+def _same(entries: dict[str, str]) -> dict[str, str]:
+    return entries
+
+
+class GraphModels:
+    """The graph models of one server, by name, for each of its HTTP processes.
+
+    What is loaded is the server's graph file (shared_file.SharedFile: name -> serial, a token that each
+    load makes anew; the config it was loaded with is the file's attachment of that serial), which every
+    load, reload and unload changes under its lock, whichever process took the request; the limit
+    counts its entries. Each process compiles a model the first time it sees its serial (the
+    compiler caches programs by structure, so a model another process loaded costs this one a parse
+    and a plan, and glslang only for a structure new to it), once for the device's limits: a model
+    looked up before the device worker reported is compiled again once when it has, and kept."""
+
+    def __init__(self, settings: Settings, triton: TritonMetrics, path: str, device: Callable[[], dict | None]) -> None:
         self.settings = settings
         self._triton = triton
-        self._models: dict[str, GraphModel] = {}
+        self._file: SharedFile[dict[str, str]] = SharedFile(path, "graph model file", _decode, _same, dict)
+        self._device = device
+        self._models: dict[str, GraphModel] = {}   # compiled here, by name (a serial the file may have replaced)
+        self._compiling: dict[tuple[str, str, int | None], asyncio.Future[GraphModel | None]] = {}
+        self._synced: dict[str, str] | None = None   # the file's entries this process last saw
         self._lock: asyncio.Lock | None = None  # loads one at a time (made on the event loop)
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._models
+    def _entries(self) -> dict[str, str]:
+        """The file's entries; a model gone from it (unloaded anywhere) is forgotten here with its
+        statistics, and one new to this process gets them (at zero)."""
+        entries = self._file.current()
+        if entries is not self._synced:
+            for name in [n for n in self._models if n not in entries]:
+                del self._models[name]
+            for name in (self._synced or {}):
+                if name not in entries:
+                    self._triton.drop_model(name)
+            for name in entries:
+                if self._triton.model(name) is None:
+                    self._triton.add_model(name)
+            self._synced = entries
+        return entries
 
-    def get(self, name: str) -> GraphModel | None:
-        return self._models.get(name)
+    def has(self, name: str) -> bool:
+        """Whether a graph model ``name`` is loaded (through any of the server's processes)."""
+        return name in self._entries()
 
-    def find(self, name: str, version: str | None = None) -> GraphModel:
-        """The loaded graph model ``name``; UnknownOperator (404) naming the version when it is not one."""
-        model = self._models.get(name)
-        if model is None:
+    def names(self) -> list[str]:
+        return sorted(self._entries())
+
+    def check(self, name: str, version: str | None = None) -> str:
+        """The serial of graph model ``name`` in the file; UnknownOperator (404), naming the version, when
+        there is no such model."""
+        entry = self._entries().get(name)
+        if entry is None:
             raise UnknownOperator(f"unknown model {name!r}: no operator model and no loaded graph model has that name")
         if version is not None and version != MODEL_VERSION:
             raise UnknownOperator(f"model {name!r} has no version {version!r}; its only version is {MODEL_VERSION}")
-        return model
+        return entry
 
-    def names(self) -> list[str]:
-        return sorted(self._models)
+    async def find(self, name: str, version: str | None = None) -> GraphModel:
+        """The loaded graph model ``name``, compiled by this process for the device (the first lookup
+        of a serial compiles it; lookups meanwhile wait for that compilation); UnknownOperator (404),
+        naming the version, when there is no such model."""
+        for _ in range(3):   # a reload or unload elsewhere may take the config away as it is read
+            serial = self.check(name, version)
+            device = self._device()
+            storage_buffers = graphs.device_storage_buffers(device) if device is not None else None
+            model = self._models.get(name)
+            if model is not None and model.serial == serial and (device is None or model.compiled.storage_buffers == storage_buffers):
+                return model
+            key = (name, serial, storage_buffers)
+            pending = self._compiling.get(key)
+            if pending is None:
+                pending = self._compiling[key] = asyncio.ensure_future(self._compile(name, serial, storage_buffers))
+                pending.add_done_callback(lambda _, key=key: self._compiling.pop(key, None))
+            model = await asyncio.shield(pending)   # one caller's cancellation leaves the others their model
+            if model is None:
+                continue
+            if self._file.current().get(name) == serial:   # not replaced or unloaded meanwhile
+                self._models[name] = model
+            return model
+        raise UnknownOperator(f"graph model {name!r} is being replaced or unloaded: retry")
+
+    async def _compile(self, name: str, serial: str, storage_buffers: int | None) -> GraphModel | None:
+        """Model ``name`` as loaded with ``serial``, compiled; None when its config is gone (replaced or
+        unloaded since the file was read)."""
+        parsed = await asyncio.to_thread(self._read_and_parse, serial)
+        if parsed is None:
+            return None
+        graph, inputs, outputs = parsed
+        return self._model(name, await graphs.compile_graph(self.settings, graph, storage_buffers), inputs, outputs, serial)
+
+    def _read_and_parse(self, serial: str) -> tuple[GraphDesc, tuple[GraphTensor, ...], tuple[GraphTensor, ...]] | None:
+        text = self._file.attached(serial)
+        return None if text is None else self._parse(text)
 
     async def load(self, name: str, text: str, device: dict | None) -> GraphModel:
         """Validate and compile the graph ``text`` (DML_GRAPH_DESC's JSON) as model ``name``, then put
-        it in place of any model of that name. Nothing changes when it fails. ``device``: the ready
-        worker's report, once the device is known (its limits: every inference checks them too)."""
+        it in place of any model of that name, for every process of the server. Nothing changes when it
+        fails. ``device``: the ready worker's report, once the device is known (its limits: every
+        inference checks them too)."""
         self._check_name(name)
-        self._check_room(name)
+        self._check_room(name, self._entries())
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one at a time, as Triton's loads: the last of two loads of a name wins
-            self._check_room(name)
             # parsed (up to GRAPH_CONFIG_BYTES of JSON) and compiled (glslang) off the event loop
             graph, inputs, outputs = await asyncio.to_thread(self._parse, text)
             if device is not None:
                 graphs.check_limits(graph, device["max_tensor_bytes"], self.settings.pool_bytes)
             compiled = await graphs.compile_graph(self.settings, graph, graphs.device_storage_buffers(device) if device else None)
-        old = self._models.get(name)
-        stats = old.stats if old is not None else self._triton.add_model(name)
-        model = self._models[name] = GraphModel(name, compiled, inputs, outputs, stats)
+            serial = os.urandom(ATTACHMENT_TOKEN // 2).hex()
+            await asyncio.to_thread(self._store, name, serial, text)   # the files' lock and writes, off the event loop
+        self._entries()
+        model = self._models[name] = self._model(name, compiled, inputs, outputs, serial)
         return model
+
+    def _model(self, name: str, compiled: CompiledGraph, inputs: tuple[GraphTensor, ...], outputs: tuple[GraphTensor, ...], serial: str) -> GraphModel:
+        return GraphModel(name, compiled, inputs, outputs, self._triton.model(name) or self._triton.add_model(name), serial)
+
+    def _store(self, name: str, serial: str, text: str) -> None:
+        self._file.attach(serial, text)   # first: a process that reads the new entry finds its config
+        replaced = None
+        try:
+            with self._file.changing() as entries:
+                self._check_room(name, entries)   # counted again under the lock: another process may have loaded one
+                replaced, entries[name] = entries.get(name), serial
+        except BaseException:
+            self._file.detach(serial)
+            raise
+        if replaced is not None:
+            self._file.detach(replaced)
 
     def _parse(self, text: str) -> tuple[GraphDesc, tuple[GraphTensor, ...], tuple[GraphTensor, ...]]:
         try:  # 400s, never a RecursionError: text nested too deeply, an integer too long, not an object
@@ -195,11 +290,22 @@ class GraphModels:
         graph = graphs.parse(data, self.settings)
         return (graph, *_tensors(graph))
 
-    def unload(self, name: str) -> None:
-        """Forget graph model ``name`` (requests running on it finish); UnknownOperator when none."""
-        self.find(name)
-        del self._models[name]
-        self._triton.drop_model(name)
+    async def unload(self, name: str) -> None:
+        """Forget graph model ``name`` in every process (requests running on it finish); UnknownOperator
+        when none is loaded."""
+        await asyncio.to_thread(self._remove, name)
+        self._entries()
+
+    def _remove(self, name: str) -> None:
+        with self._file.changing() as entries:
+            serial = entries.pop(name, None)
+            if serial is None:
+                raise UnknownOperator(f"unknown model {name!r}: no operator model and no loaded graph model has that name")
+        self._file.detach(serial)
+
+    def close(self) -> None:
+        """At shutdown: forget the server's graph models."""
+        self._file.close()
 
     def _check_name(self, name: str) -> None:
         if name in MODELS:
@@ -208,10 +314,9 @@ class GraphModels:
             raise InvalidRequest(f"a graph model's name is 1 to 128 of A-Z a-z 0-9 _ . - (not starting with . or -, "
                                  f"not {', '.join(sorted(RESERVED_NAMES))}); got {name[:160]!r}", "name")
 
-    def _check_room(self, name: str) -> None:
+    def _check_room(self, name: str, entries: dict[str, str]) -> None:
         limit = self.settings.max_graph_models
-        taken = len(self._models)
-        if name not in self._models and taken >= limit:
+        taken = len(entries)
+        if name not in entries and taken >= limit:
             raise InvalidRequest(f"{taken} graph models are loaded, the most this service holds (VKACT_MAX_GRAPH_MODELS={limit}): "
                                  "unload one first", "name")
-

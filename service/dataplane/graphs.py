@@ -14,7 +14,8 @@ edges' names. In between, everything that is not wire format:
 - ``check_inputs``: names (missing, unknown) and sizes, each error naming the input;
 - ``run_graph``: the limits a graph must meet before any device work (per tensor, the device's binding
   limit; outputs no larger than the data sent; the buffer pool), then the job on the device worker
-  under the request timeout, dropped if the client leaves while it is queued;
+  under the request timeout, dropped if the client leaves while it is queued (execution.watched, as
+  an operator's);
 - ``record_graph_success``: vkact's series (``label``) and, for a graph model, Triton's per-model
   statistics, counted once;
 - ``GraphReport``: whether it fused, its dispatches and why any part runs node by node.
@@ -37,9 +38,10 @@ from .. import framing
 from ..config import Settings
 from ..descriptors.graph import GraphDesc, parse_graph
 from ..descriptors.tensor import TensorDesc
-from ..errors import DescriptorError, InvalidRequest, PayloadTooLarge, Timeout, UnsupportedOnDevice
+from ..errors import DescriptorError, InvalidRequest, PayloadTooLarge, UnsupportedOnDevice
 from ..graph_compiler import GraphCompiler, GraphPlan
-from ..worker import LARGE, GraphResult, Source
+from ..worker import GraphResult, Source
+from .execution import watched
 from .readiness import ready_device
 
 if TYPE_CHECKING:
@@ -197,7 +199,7 @@ def _compile(shared: _Compiled, graph: GraphDesc, graph_key: bytes, storage_buff
 async def compile_graph(settings: Settings, graph: GraphDesc, storage_buffers: int | None = None) -> CompiledGraph:
     """``graph`` compiled (the same object again for an equal graph compiled before) for a device that
     allows ``storage_buffers`` per shader (``device_storage_buffers``; None: not known yet, and
-    ``run_graph`` compiles it again for the device); a new structure compiles in a thread, off the
+    GraphModels.find compiles a model again once for the device); a new structure compiles in a thread, off the
     event loop: glslang runs there."""
     shared = _shared(settings)
     graph.order  # noqa: B018 - a cached property, pickled once read: read it first, so equal graphs give equal bytes
@@ -272,47 +274,23 @@ async def run_graph(
     """Run a compiled graph on ``inputs`` (by input edge name; see ``check_inputs``, whose errors name
     ``{field}.{name}``) on the device worker. The limits (``check_limits``; a front-end may check them
     before it decodes the inputs too) are checked first, then the inputs; then the job runs under the
-    request timeout (Timeout, 504). None means the client left while the job was
-    queued (the caller answers 499; ``departure()`` returns when it has gone, as for ``execute``);
-    ``stats`` (a graph model's Triton statistics) then counts a failure. Busy (queue full) propagates."""
+    request timeout (Timeout, 504) and the client's departure, as an operator's (execution.watched).
+    None means the client left while the job was queued (the caller answers 499; ``departure()``
+    returns when it has gone); ``stats`` (a graph model's Triton statistics) then counts a failure.
+    Busy (queue full) propagates."""
     worker = state.worker
     assert worker is not None
     info = ready_device(worker)
     if isinstance(compiled, GraphPlan):
         compiled = CompiledGraph(compiled)   # a plan given as it is (tests)
-    elif compiled.storage_buffers != device_storage_buffers(info):   # compiled before the device was known
+    elif compiled.storage_buffers != device_storage_buffers(info):   # looked up just before the device reported: GraphModels.find keeps the next one
         compiled = await compile_graph(state.settings, compiled.graph, device_storage_buffers(info))
     check_limits(compiled, info["max_tensor_bytes"], state.settings.pool_bytes)
     ordered = check_inputs(compiled, inputs, field)
+    result = await watched(state, worker.run_graph(compiled.plan, ordered, compiled.key), ordered, departure, stats)
+    if result is None:
+        return None
     bytes_in = sum(b.nbytes for b in ordered)
-    job = asyncio.ensure_future(worker.run_graph(compiled.plan, ordered, compiled.key))
-    watcher = None
-    if departure is not None and (not worker.idle or bytes_in > LARGE):
-        watcher = asyncio.ensure_future(departure())
-    timeout = state.settings.request_timeout_s
-    deadline = time.monotonic() + timeout
-    answered = False
-    try:
-        while not job.done():
-            waits = {job} if watcher is None else {job, watcher}
-            done, _ = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                raise Timeout(f"no answer from the device within {timeout} s")
-            if watcher is not None and watcher in done and job not in done:
-                gone = not watcher.cancelled() and watcher.exception() is None
-                watcher = None
-                if gone:  # dropped if still queued; on the device, its slot comes back when it ends
-                    if stats is not None:
-                        state.metrics.triton.failure(stats)
-                    return None
-        result = job.result()
-        answered = True
-    finally:
-        if not answered and job.done() and not job.cancelled() and job.exception() is None:
-            job.result().release()   # answered as this call was cancelled: the slot must not be lost
-        job.cancel()
-        if watcher is not None:
-            watcher.cancel()
     outputs = dict(zip(compiled.output_names, result.outputs))
     return GraphAnswer(compiled, outputs, result.kernel_seconds, result.queue_seconds, bytes_in, sum(v.nbytes for v in outputs.values()), result)
 

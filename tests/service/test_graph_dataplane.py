@@ -5,6 +5,7 @@ and leaves the worker serving; the bookkeeping counts a graph once."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tempfile
 import time
@@ -16,12 +17,14 @@ from service.api.header_cache import HeaderCache
 from service.api.runtime import Runtime
 from service.config import Settings
 from service.dataplane import graphs
+from service.dataplane.deadlines import Deadlines
+from service.dataplane.graph_models import GraphModels
 from service.dataplane.metrics import Metrics
 from service.descriptors.graph import parse_graph
-from service.errors import DescriptorError, InvalidRequest, PayloadTooLarge, Timeout, UnsupportedOnDevice
+from service.errors import DescriptorError, InvalidRequest, PayloadTooLarge, Timeout, UnknownOperator, UnsupportedOnDevice
 from service.shared_memory import SharedMemoryRegistry
 from service.worker import DeviceWorker
-from tests.graph_helpers import SIZES, activation, chain, node_by_node_async, sample, shared_intermediate
+from tests.graph_helpers import SIZES, activation, chain, linear_tanh_shrink_dict, node_by_node_async, sample, shared_intermediate
 
 
 async def _node_by_node(worker: DeviceWorker, graph, x: np.ndarray) -> dict[str, bytes]:
@@ -165,11 +168,11 @@ def test_a_client_gone_or_a_timeout_drops_the_job_and_frees_its_slot():
             return None
 
         assert await graphs.run_graph(state, compiled, {"x": x}, departure=gone) is None
-        patient = state.settings
-        state.settings = patient.model_copy(update={"request_timeout_s": 1e-6})
+        patient = state.deadlines
+        state.deadlines = Deadlines(1e-6)   # the request timeout, on the timer every execution shares
         with pytest.raises(Timeout):
             await graphs.run_graph(state, compiled, {"x": x})
-        state.settings = patient
+        state.deadlines = patient
         for _ in range(200):   # a job already on the device hands its slot back when it ends
             if state.worker.queue_depth == 0:
                 break
@@ -223,3 +226,42 @@ def test_a_graph_compiles_within_the_storage_buffers_the_device_allows():
             answer.release()
 
     _with_state(scenario, graph_max_storage_buffers=4)
+
+
+@pytest.mark.timeout(180)
+def test_graph_models_are_the_server_s_and_compile_once_for_the_device():
+    """Two GraphModels on one graph file (two HTTP processes of one server): a load through one is found,
+    counted and unloaded through the other, and a reload replaces it in both. A model loaded before the
+    device reported (no limits) is compiled again once for the device's, and that plan is kept."""
+    async def scenario(state: Runtime) -> None:
+        other = GraphModels(state.settings, Metrics().triton, state.graphs._file.path, state.device)
+        text = json.dumps(linear_tanh_shrink_dict(np.float32))
+        early = await state.graphs.load("lts", text, None)     # as before the device worker reported
+        assert early.compiled.storage_buffers is None
+        device = graphs.device_storage_buffers(state.worker.info)
+        found = await state.graphs.find("lts")
+        assert found.compiled.storage_buffers == device and await state.graphs.find("lts") is found   # kept
+        theirs = await other.find("lts")
+        assert other.names() == ["lts"] and theirs.compiled.storage_buffers == device and await other.find("lts") is theirs
+        with pytest.raises(InvalidRequest) as err:   # the limit counts the server's models
+            await other.load("one_more", text, state.device())
+        assert "VKACT_MAX_GRAPH_MODELS=1" in err.value.message
+        await other.load("lts", json.dumps(linear_tanh_shrink_dict(np.float16)), state.device())   # a reload takes no room
+        assert (await state.graphs.find("lts")).inputs[0].datatype == "FP16"
+        reloaded = linear_tanh_shrink_dict(np.float32, alpha=0.6)
+        await state.graphs.load("lts", json.dumps(reloaded), state.device())
+        x = sample(np.float32)
+        expected = await _node_by_node(state.worker, graphs.parse(reloaded, state.settings), x)
+        assert (await other.find("lts")).graph == graphs.parse(reloaded, state.settings)
+        answer = await graphs.run_graph(state, (await other.find("lts")).compiled, {"x": x.reshape(-1).view(np.uint8)})
+        assert {name: bytes(view) for name, view in answer.outputs.items()} == expected
+        answer.release()
+        await state.graphs.unload("lts")
+        assert other.names() == [] and not other.has("lts") and state.metrics.triton.model("lts") is None
+        with pytest.raises(UnknownOperator):
+            await other.find("lts")
+        with pytest.raises(UnknownOperator):
+            await other.unload("lts")
+        state.graphs.close()
+
+    _with_state(scenario, max_graph_models=1)

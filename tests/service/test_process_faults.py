@@ -2,6 +2,7 @@
 not a 500), and the HTTP process itself (the supervisor of ``python -m service`` restarts it)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.graph_helpers import activation, chain
 from tests.service.conftest import ended, start_server, stop_server
 from tests.service.helpers import binary_request, request_body
 from tests.service.test_load import await_restarted_worker, one_request, worker_pid
@@ -63,8 +65,8 @@ def http_child(server) -> int:
 @pytest.mark.timeout(180)
 def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive():
     """``python -m service`` supervises its HTTP server: SIGKILL it (as SIGBUS or the OOM killer would)
-    and a new one serves, the dead one's slot files are gone, the shared-memory registrations are kept;
-    SIGTERM to the supervisor stops both and removes the registry."""
+    and a new one serves, the dead one's slot files are gone, the shared-memory registrations and the
+    loaded graph models are kept; SIGTERM to the supervisor stops both and removes both files."""
     server = start_server(supervised=True)
     key = f"/vk_test_{os.getpid()}_sup"
     x = np.linspace(-2, 2, 64, dtype=np.float32)
@@ -73,6 +75,8 @@ def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive
     try:
         with server.client() as client:
             assert client.post("/v2/systemsharedmemory/region/kept/register", json={"key": key, "byte_size": 2 * x.nbytes}).status_code == 200
+            graph = chain([activation("LINEAR", np.float32, (64,), Alpha=2.0, Beta=0.0), activation("RELU", np.float32, (64,))])
+            assert client.post("/v2/repository/models/twice_relu/load", json={"parameters": {"config": json.dumps(graph)}}).status_code == 200
             one_request(client, 1)
             first = http_child(server)
             slots = [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-{first}-")]
@@ -89,6 +93,9 @@ def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive
                 time.sleep(0.2)
             assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-{first}-")]
             assert [r["name"] for r in client.get("/v2/systemsharedmemory/status").json()] == ["kept"]
+            answer = client.post("/v2/models/twice_relu/infer", json={"inputs": [{"name": "x", "shape": [64], "datatype": "FP32", "data": x.tolist()}]})
+            assert answer.status_code == 200, answer.text   # compiled by the new process, from the server's file
+            assert np.array_equal(np.array(answer.json()["outputs"][0]["data"], np.float32), np.maximum(2 * x, 0))
             body = {"inputs": [{"name": "InputTensor", "shape": [64], "datatype": "FP32",
                                 "parameters": {"shared_memory_region": "kept", "shared_memory_byte_size": x.nbytes}}],
                     "outputs": [{"name": "OutputTensor", "parameters": {"shared_memory_region": "kept", "shared_memory_byte_size": x.nbytes,
@@ -97,11 +104,11 @@ def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive
             with open(f"/dev/shm{key}", "rb") as f:
                 np.testing.assert_array_equal(np.frombuffer(f.read(), np.float32)[64:], np.maximum(x, 0))
             one_request(client, 2)
-        registry = [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-regions-{server.process.pid}-")]
-        assert registry
+        files = [n for n in os.listdir("/dev/shm") if n.startswith((f"vkact-regions-{server.process.pid}-", f"vkact-graphs-{server.process.pid}-"))]
+        assert len([n for n in files if n.endswith(".json")]) == 2
         server.process.terminate()
         assert server.process.wait(30) == 0
-        assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-regions-{server.process.pid}-")]
+        assert not [n for n in os.listdir("/dev/shm") if n.startswith((f"vkact-regions-{server.process.pid}-", f"vkact-graphs-{server.process.pid}-"))]
     finally:
         if server.process.poll() is None:
             stop_server(server)

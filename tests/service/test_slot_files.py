@@ -1,4 +1,4 @@
-"""The service's files in /dev/shm (service/slots.py): tensor slots and shared-memory registries,
+"""The service's files in /dev/shm (service/slots.py): tensor slots, shared-memory registries and graph models,
 named by the process that made them and when it started, and removed when that process is gone, so a
 killed server's files never pile up, collide, or hand a restarted server its predecessor's state."""
 from __future__ import annotations
@@ -24,9 +24,13 @@ def test_slots_of_gone_processes_are_removed(tmp_path):
     assert started is not None
     stale = [_touch(tmp_path, f"vkact-{dead_pid}-12345-0"),          # its process has exited
              _touch(tmp_path, f"vkact-{me}-{started + 1}-3"),         # this pid, another start: a previous container
-             _touch(tmp_path, f"vkact-regions-{me}-{started + 1}.json")]  # that container's registrations
+             _touch(tmp_path, f"vkact-regions-{me}-{started + 1}.json"),  # that container's registrations
+             _touch(tmp_path, f"vkact-graphs-{dead_pid}-12345.json.lock"),  # and a dead server's graph models
+             _touch(tmp_path, f"vkact-graphs-{dead_pid}-12345.json.0123456789abcdef")]  # with a config
     kept = [_touch(tmp_path, f"vkact-{me}-{started}-0"),              # this very process's
             _touch(tmp_path, f"vkact-regions-{me}-{started}.json"),
+            _touch(tmp_path, f"vkact-graphs-{me}-{started}.json"),
+            _touch(tmp_path, f"vkact-graphs-{me}-{started}.json.0123456789abcdef"),
             _touch(tmp_path, "vkact-regions-7.json"),                 # not of the form: left alone
             _touch(tmp_path, "client-region")]                        # a client's shared memory
     assert sorted(sweep_stale_files(str(tmp_path))) == sorted(stale)

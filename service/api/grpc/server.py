@@ -85,12 +85,12 @@ class InferenceServicer:
         return pb.ServerMetadataResponse(name="vkact", version=self.version, extensions=EXTENSIONS)
 
     async def ModelMetadata(self, request: Any) -> Any:
-        meta = repository.metadata(self.state, request.name, request.version or None)
+        meta = await repository.metadata(self.state, request.name, request.version or None)
         tensors = {key: [pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta[key]] for key in ("inputs", "outputs")}
         return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"], **tensors)
 
     async def ModelConfig(self, request: Any) -> Any:
-        model = repository.config(self.state, request.name, request.version or None)
+        model = await repository.config(self.state, request.name, request.version or None)
         return pb.ModelConfigResponse(config=json_format.ParseDict(model, config_pb.ModelConfig()))
 
     async def ModelStatistics(self, request: Any) -> Any:
@@ -111,7 +111,7 @@ class InferenceServicer:
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any) -> Any:
-        repository.unload(self.state, request.model_name)
+        await repository.unload(self.state, request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
     # -- shared memory: system memory as /v2/systemsharedmemory; no CUDA memory here -------------
@@ -191,8 +191,8 @@ class InferenceServicer:
         started = time.perf_counter()
         operator = "-"  # failures count against the model once it is known, as on /v2
         try:
-            if request.model_name not in MODELS and request.model_name in self.state.graphs:
-                graph = self.state.graphs.find(request.model_name, request.model_version or None)
+            if request.model_name not in MODELS and self.state.graphs.has(request.model_name):
+                graph = await self.state.graphs.find(request.model_name, request.model_version or None)
                 operator = graph.label
                 return await graph_model_infer(self.state, graph, request, started)
             model = find_model(request.model_name, request.model_version or None)

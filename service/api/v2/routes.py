@@ -108,12 +108,12 @@ async def server_metadata(request: Request) -> dict[str, Any]:
 
 @router.get("/models/{model}", summary="Model metadata")
 async def model_metadata(request: Request, model: str) -> dict[str, Any]:
-    return repository.metadata(runtime(request), model)
+    return await repository.metadata(runtime(request), model)
 
 
 @router.get("/models/{model}/versions/{version}", summary="Model metadata of one version")
 async def model_version_metadata(request: Request, model: str, version: str) -> dict[str, Any]:
-    return repository.metadata(runtime(request), model, version)
+    return await repository.metadata(runtime(request), model, version)
 
 
 @router.get("/models/{model}/ready", summary="Model readiness")
@@ -139,12 +139,12 @@ def _model_ready(request: Request, answer: dict[str, Any]) -> JSONResponse:
 
 @router.get("/models/{model}/config", summary="Model configuration (Triton's, as perf_analyzer reads it)")
 async def model_config(request: Request, model: str) -> dict[str, Any]:
-    return repository.config(runtime(request), model)
+    return await repository.config(runtime(request), model)
 
 
 @router.get("/models/{model}/versions/{version}/config", summary="Model configuration of one version")
 async def model_version_config(request: Request, model: str, version: str) -> dict[str, Any]:
-    return repository.config(runtime(request), model, version)
+    return await repository.config(runtime(request), model, version)
 
 
 # -- model repository ---------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ async def load_model(request: Request, model: str) -> Response:
 
 @router.post("/repository/models/{model}/unload", summary="Unload a graph model (operator models are built in: refused)")
 async def unload_model(request: Request, model: str) -> Response:
-    repository.unload(runtime(request), model)
+    await repository.unload(runtime(request), model)
     return Response()
 
 
@@ -358,14 +358,14 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
 
 @router.post("/models/{model}/infer", summary="Run the operator, or the graph model")
 async def infer(request: Request, model: str) -> Response:
-    if model not in MODELS and model in runtime(request).graphs:
+    if model not in MODELS and runtime(request).graphs.has(model):
         return await _infer_graph(request, model, None)
     return await _infer(request, model, None)
 
 
 @router.post("/models/{model}/versions/{version}/infer", summary="Run the operator, or the graph model (one version)")
 async def infer_version(request: Request, model: str, version: str) -> Response:
-    if model not in MODELS and model in runtime(request).graphs:
+    if model not in MODELS and runtime(request).graphs.has(model):
         return await _infer_graph(request, model, version)
     return await _infer(request, model, version)
 
@@ -373,4 +373,4 @@ async def infer_version(request: Request, model: str, version: str) -> Response:
 async def _infer_graph(request: Request, model: str, version: str | None) -> Response:
     from .graph_infer import infer_graph  # imports this module's Regions
 
-    return await infer_graph(request, runtime(request).graphs.find(model, version))
+    return await infer_graph(request, await runtime(request).graphs.find(model, version))
