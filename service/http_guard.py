@@ -23,7 +23,7 @@ import functools
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from .api.execution import CYCLE_KEY
+from .api.execution import CYCLE_KEY, DEPARTURE_KEY
 from .api.json_text import dumps
 from .config import Settings
 
@@ -65,6 +65,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._waiting_for = ""          # "headers", "body" or "" (nothing is timed)
         self._since = 0.0               # when the awaited part began, or the last body byte came
+        self._departures: set[asyncio.Future[None]] = set()  # of the requests running on the device: done when it is lost
+        self._lost = False
 
     # -- the timer ---------------------------------------------------------------------------------
 
@@ -103,6 +105,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._expect("headers", self.header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        for gone in tuple(self._departures):
+            if not gone.done():
+                gone.set_result(None)
         self._waiting_for = ""
         if self._timer is not None:
             self._timer.cancel()
@@ -129,7 +135,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app) -> None:  # type: ignore[override]
         if not cycle.access_log:  # FrameResponse writes its answer whole on this cycle (api.execution.send_whole)
             cycle.scope[CYCLE_KEY] = cycle  # type: ignore[literal-required]
+        cycle.scope[DEPARTURE_KEY] = self._departure  # type: ignore[literal-required]
         super()._start_asgi_task(cycle, app)
+
+    def _departure(self) -> asyncio.Future[None]:
+        """A request's client departure (api.execution.departure): a future this connection's loss
+        completes and the data plane cancels once the job is answered. It replaces a task per request
+        awaiting uvicorn's disconnect message; like uvicorn's receive() there, it resumes reading, for
+        only a read sees the client's hang-up."""
+        gone: asyncio.Future[None] = self.loop.create_future()
+        if self._lost:
+            gone.set_result(None)
+            return gone
+        self.flow.resume_reading()
+        self._departures.add(gone)
+        gone.add_done_callback(self._departures.discard)
+        return gone
 
     def on_body(self, body: bytes) -> None:
         self._since = self.loop.time()

@@ -136,7 +136,13 @@ async def _until_disconnected(request: Request) -> None:
 
 
 def departure(request: Request) -> Callable[[], Awaitable[object]]:
-    """What returns when the client of ``request`` (its body read) has gone: a data plane call's ``departure``."""
+    """What returns when the client of ``request`` (its body read) has gone: a data plane call's ``departure``.
+    Served by vkact's uvicorn protocol, a future its connection's loss completes (http_guard puts the
+    factory in the scope): no task of its own awaiting the disconnect message, which cost a small request
+    about a tenth of the HTTP process's time under load."""
+    watch = request.scope.get(DEPARTURE_KEY)
+    if watch is not None:
+        return watch
     return lambda: _until_disconnected(request)
 
 
@@ -144,7 +150,7 @@ async def run_on_device(
     request: Request, op: OperatorDesc, buffers: Sequence[np.ndarray | Source], in_place: bool = False, key: bytes | None = None
 ) -> Result | None:
     """Run ``op`` on the device worker for an HTTP request; None means the client left (see execute)."""
-    return await execute(runtime(request), op, buffers, in_place, key, lambda: _until_disconnected(request))
+    return await execute(runtime(request), op, buffers, in_place, key, departure(request))
 
 
 async def binary_frame(head: bytes, buffers: Sequence[np.ndarray]) -> bytes | memoryview:
@@ -202,6 +208,7 @@ class Releasable(Protocol):
 
 
 CYCLE_KEY = "vkact.cycle"  # scope key: uvicorn's request cycle (RequestResponseCycle), set by http_guard
+DEPARTURE_KEY = "vkact.departure"  # scope key: a future done when the connection is lost (http_guard)
 JOIN_BYTES = 1 << 16  # a body up to this size is copied behind the head into one buffer; a larger one goes by writev
 
 

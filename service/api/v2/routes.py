@@ -10,6 +10,7 @@ import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -77,10 +78,30 @@ def request_id_of(scope: Scope) -> bytes:
     scope.setdefault("state", {})["client_request_id"] = given.decode() if valid else None
     if valid:
         return given
-    fresh = bytearray(os.urandom(16))
-    fresh[6] = fresh[6] & 0x0F | 0x40  # version 4
-    fresh[8] = fresh[8] & 0x3F | 0x80  # RFC 4122 variant
-    return fresh.hex().encode()
+    return _fresh_id()
+
+
+_ID_POOL = 256  # request ids' random bytes drawn at once: os.urandom is a getrandom(2) syscall a call
+
+
+def _fresh_ids() -> Iterator[bytes]:
+    """UUID4s' 32 hex digits, from the same random bytes as uuid4 (os.urandom), drawn for 256 at a time."""
+    while True:
+        pool = bytearray(os.urandom(16 * _ID_POOL))
+        for start in range(0, len(pool), 16):
+            fresh = pool[start : start + 16]
+            fresh[6] = fresh[6] & 0x0F | 0x40  # version 4
+            fresh[8] = fresh[8] & 0x3F | 0x80  # RFC 4122 variant
+            yield fresh.hex().encode()
+
+
+def _new_pool() -> None:  # at import, and in a forked child: never the parent's ids again
+    global _fresh_id
+    _fresh_id = _fresh_ids().__next__
+
+
+_new_pool()
+os.register_at_fork(after_in_child=_new_pool)
 
 
 def _ready(request: Request) -> bool:
