@@ -11,7 +11,7 @@ PY    := $(VENV)/bin/python
 # The set-up is idempotent but still costs a few seconds of checks; this stamp lets test/serve/
 # bench skip it until something that affects the environment changes.
 STAMP := $(VENV)/.make-setup-stamp
-$(STAMP): pyproject.toml scripts/setup.sh scripts/build-kp.sh scripts/build-native.sh $(wildcard service/native/h2grpc*)
+$(STAMP): pyproject.toml scripts/setup.sh scripts/build-kp.sh scripts/build-native.sh $(wildcard service/native/h2grpc* service/native/h1http*)
 	bash scripts/setup.sh
 	touch $@
 
@@ -33,11 +33,11 @@ test: shaders
 test-portability: shaders
 	bash scripts/test-portability.sh $(PYTEST_ARGS)
 
-# The gRPC tests against the AddressSanitizer + UBSan build of service/native (scripts/test-asan.sh).
+# The tests of service/native's C (gRPC, HTTP/1.1) against its AddressSanitizer + UBSan build (scripts/test-asan.sh).
 test-asan: shaders
 	bash scripts/test-asan.sh $(PYTEST_ARGS)
 
-# The libFuzzer target of service/native (fuzz/): FUZZ_SECONDS long (default 60), on fuzz/corpus.
+# The libFuzzer targets of service/native (fuzz/: h2grpc, h1http): FUZZ_SECONDS each (default 60), on their seeds.
 fuzz: $(STAMP)
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 

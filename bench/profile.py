@@ -67,7 +67,7 @@ HTTP_STAGES: list[tuple[str, str]] = [
     ("body read and budget (execution, inflight)", r"api/execution\.py|inflight\.py"),
     ("route handler (/v2 infer, models, runtime)", r"^(?!RequestIdMiddleware).*api/v2/routes\.py|_Parsed|dataplane/models\.py|api/runtime\.py|api/v2/encoding\.py|api/v2/shm\.py"),
     ("routing and middleware (hot routes, request id, proxy headers)", r"hot_routes\.py|RequestIdMiddleware|proxy_headers\.py|uuid\.py|starlette/"),
-    ("HTTP parse and ASGI cycle (httptools, uvicorn, http_guard)", r"uvicorn/protocols|http_guard\.py"),
+    ("HTTP parse and ASGI cycle (httptools or h1http, uvicorn, http_guard)", r"uvicorn/protocols|http_guard\.py|http_native\.py"),
     # the loop's own C (uvloop: epoll, socket reads, callbacks, task steps) below any Python frame
     (EVENT_LOOP, r"Runner\.run \(asyncio"),
 ]
@@ -86,7 +86,7 @@ LIBRARIES: list[tuple[str, str]] = [
     ("kernel (syscalls, TCP loopback, scheduling)", r"kernel|vmlinux|\[vdso\]"),
     ("uvloop / asyncio (C)", r"uvloop|loop\.cpython|_asyncio"),
     ("httptools (llhttp)", r"httptools|parser\.cpython|url_parser"),
-    ("vkact native (h2grpc) and libnghttp2", r"h2grpc|_native|nghttp2"),
+    ("vkact native (h2grpc, h1http) and libnghttp2", r"h2grpc|h1http|_native|nghttp2"),
     ("protobuf / grpc", r"protobuf|_message|cygrpc|upb"),
     ("numpy", r"numpy|_multiarray"),
     ("orjson / pydantic-core", r"orjson|pydantic_core"),

@@ -10,6 +10,8 @@
  * expect (receive() raising anything but H2Error; send/finish/reply raising at all) -> abort(). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "embedded_python.h"
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -26,17 +28,7 @@ static void fail(const char *what) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    PyPreConfig pre;
-    PyPreConfig_InitIsolatedConfig(&pre);
-    pre.allocator = PYMEM_ALLOCATOR_MALLOC;
-    if (PyStatus_Exception(Py_PreInitialize(&pre))) abort();
-    if (PyImport_AppendInittab("_h2grpc", PyInit__h2grpc) < 0) abort();
-    PyConfig config;
-    PyConfig_InitIsolatedConfig(&config);
-    config.site_import = 0;
-    if (PyStatus_Exception(Py_InitializeFromConfig(&config))) abort();
-    PyConfig_Clear(&config);
-    PyObject *module = PyImport_ImportModule("_h2grpc");
+    PyObject *module = embedded_module("_h2grpc", PyInit__h2grpc);
     if (module == NULL) fail("import");
     session_type = PyObject_GetAttrString(module, "Session");
     h2error = PyObject_GetAttrString(module, "H2Error");

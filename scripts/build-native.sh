@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds vkact's C extension (service/native/h2grpc*.c -> service/native/_h2grpc<EXT_SUFFIX>) for the
-# given interpreter, against Debian's libnghttp2-dev. Rebuilds only when the sources, the interpreter,
+# Builds vkact's C extensions for the given interpreter: h2grpc (service/native/h2grpc*.c ->
+# service/native/_h2grpc<EXT_SUFFIX>, against Debian's libnghttp2-dev) and h1http (service/native/h1http.c:
+# HTTP/1.1 inference requests, no library). Rebuilds only when the sources, the interpreter,
 # the compiler or the flags changed (a stamp beside the library holds their hashes).
 # Usage: build-native.sh PYTHON [--sanitize]
 #   --sanitize (or VKACT_NATIVE_SANITIZE=1): AddressSanitizer + UBSan (clang, -shared-libasan) into
@@ -26,16 +27,24 @@ else
   FLAGS=(-O2 -g)
 fi
 mkdir -p "$OUTDIR"
-OUT=$OUTDIR/_h2grpc$SUFFIX
-SOURCES=("$DIR"/h2grpc*.c)
-want="$(cat "${SOURCES[@]}" "$DIR/h2grpc.h" | sha256sum | cut -d' ' -f1) $("$PY" -c 'import sys; print(sys.version)' | sha256sum | cut -d' ' -f1) $(echo "$CC ${FLAGS[*]}" | sha256sum | cut -d' ' -f1)"
-if [[ -f $OUT && $(cat "$OUT.stamp" 2>/dev/null) == "$want" ]]; then
-  echo "==> h2grpc up to date ($OUT)"
-  exit 0
-fi
+# build NAME LIBS...: service/native/NAME*.c (and NAME.h when there is one) -> _NAME<EXT_SUFFIX>
+build() {
+  local name=$1
+  shift
+  local out=$OUTDIR/_$name$SUFFIX sources=("$DIR/$name"*.c) headers=()
+  [[ -f $DIR/$name.h ]] && headers=("$DIR/$name.h")
+  local want
+  want="$(cat "${sources[@]}" "${headers[@]}" | sha256sum | cut -d' ' -f1) $("$PY" -c 'import sys; print(sys.version)' | sha256sum | cut -d' ' -f1) $(echo "$CC ${FLAGS[*]}" | sha256sum | cut -d' ' -f1)"
+  if [[ -f $out && $(cat "$out.stamp" 2>/dev/null) == "$want" ]]; then
+    echo "==> $name up to date ($out)"
+    return
+  fi
+  echo "==> building $out ($CC ${FLAGS[*]})"
+  # -fvisibility=hidden: the files share functions; only PyInit__NAME is the module's to export
+  $CC "${FLAGS[@]}" "${WARN[@]}" -fPIC -fvisibility=hidden -shared -I"$INCLUDE" "${sources[@]}" "$@" -o "$out.tmp"
+  mv "$out.tmp" "$out"
+  echo "$want" >"$out.stamp"
+}
 [[ -f /usr/include/nghttp2/nghttp2.h ]] || { echo "build-native.sh: libnghttp2's headers are missing: apt-get install -y libnghttp2-dev" >&2; exit 1; }
-echo "==> building $OUT (libnghttp2, $CC ${FLAGS[*]})"
-# -fvisibility=hidden: the files share functions; only PyInit__h2grpc is the module's to export
-$CC "${FLAGS[@]}" "${WARN[@]}" -fPIC -fvisibility=hidden -shared -I"$INCLUDE" "${SOURCES[@]}" -lnghttp2 -o "$OUT.tmp"
-mv "$OUT.tmp" "$OUT"
-echo "$want" >"$OUT.stamp"
+build h2grpc -lnghttp2
+build h1http

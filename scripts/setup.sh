@@ -103,8 +103,8 @@ else
   bash "$ROOT/scripts/build-kp.sh" "$VPY"
 fi
 
-# --- 5. vkact's C extension: gRPC's HTTP/2 on libnghttp2 (rebuilt when its source changes) -----
-bash "$ROOT/scripts/build-native.sh" "$VPY" || die "building service/native/h2grpc.c failed (see above)"
+# --- 5. vkact's C extensions: gRPC's HTTP/2 on libnghttp2, the HTTP/1.1 inference parser (rebuilt when their source changes)
+bash "$ROOT/scripts/build-native.sh" "$VPY" || die "building service/native (h2grpc, h1http) failed (see above)"
 
 # --- 6. Triton's perf_analyzer for its tests (tests/service/test_perf_analyzer.py), cached ---------
 # A download of its wheel and Debian 13's libc (scripts/perf-analyzer.sh; nothing installed on the

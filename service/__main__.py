@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers,
         loop="uvloop",
-        http="service.http_guard:GuardedHttpToolsProtocol",  # httptools, with read timeouts and a connection bound
+        # httptools with read timeouts and a connection bound; the inference requests parsed in C before it
+        http="service.http_native:NativeHttpProtocol" if defaults.http_native else "service.http_guard:GuardedHttpToolsProtocol",
         log_level=args.log_level,
         access_log=False,
     )

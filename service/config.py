@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     header_timeout_s: float = Field(10.0, gt=0, description="a connection must send a request's headers within this many seconds of opening (or of its request's first byte): else 408 and closed")
     body_timeout_s: float = Field(30.0, gt=0, description="a request's body may pause at most this many seconds between bytes while the service waits for it: else the connection is closed")
     max_connections: int = Field(512, ge=1, description="open HTTP connections per HTTP process; a request on one beyond it gets 503 with Retry-After and the connection is closed (liveness probes excepted)")
+    http_native: bool = Field(True, description="parse the HTTP port's inference requests in C (service/http_native.py); 0: uvicorn's httptools parser for every request")
     grpc_port: int = Field(8001, ge=0, le=65535, description="gRPC (Open Inference Protocol) port, served by every HTTP process; 0: no gRPC server (an ephemeral port would differ per process)")
 
     # Limits (see README, "Limits and failure behaviour")

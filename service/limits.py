@@ -21,6 +21,11 @@ MAX_STATUS_MESSAGE = 1024
 #: a small request in the HTTP process, and such bytes are bounded apart (a request at a time per HTTP
 #: connection, VKACT_MAX_CONNECTIONS gRPC calls: 2 x 512 x 64 KiB, 64 MiB at the default).
 UNCHARGED_BYTES = 1 << 16
+#: The HTTP/1.1 requests h1http takes (service/http_native.py): a body of at most this many bytes (uvicorn's
+#: read buffer per connection before it pauses reading, so a connection holds no more unread bytes than
+#: under httptools) and a head of at most this many; larger ones go to httptools, whose bounds apply.
+NATIVE_HTTP_BODY = 1 << 16
+NATIVE_HTTP_HEAD = 16384
 INLINE_BYTES = 1 << 18  # JSON text up to this long is parsed on the event loop: a few ms at most
 HEADER_CACHE_ENTRIES = 512  # distinct headers kept by each front-end's header cache, least recently used out
 MAX_HEADER_BYTES = 8192  # longer headers are parsed every time

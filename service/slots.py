@@ -42,15 +42,28 @@ async def write_in_thread(write: Callable[..., T], *args: object) -> T:
     and the next request takes that slot, so a thread still writing would put the old request's bytes
     over the new one's (seen on a loaded machine: a CELU request after a timed-out 64 MiB GELU one
     answered with the GELU input's ones in its first 128 bytes, which glibc's memcpy stores last)."""
-    future = asyncio.get_running_loop().run_in_executor(None, write, *args)
+    return await to_its_end(asyncio.get_running_loop().run_in_executor(None, write, *args))
+
+
+async def to_its_end(future: asyncio.Future[T], stop: Callable[[], None] | None = None) -> T:
+    """The result of ``future`` (a thread's work); when the caller is cancelled meanwhile, ``stop()``
+    (asks the thread to end early) and the cancellation reaches the caller once the thread has ended,
+    so that what the caller frees on its way out is no longer in the thread's hands."""
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
+        if stop is not None:
+            stop()
         while not future.done():
             try:
                 await asyncio.wait([future])
-            except asyncio.CancelledError:  # cancelled again: the thread still writes
+            except asyncio.CancelledError:  # cancelled again: the thread still works
                 pass
+        raise
+    except BaseException:
+        # the thread's error: its traceback will hold this frame, which must not hold the future that
+        # holds the error (a cycle keeps the thread's frames, an inflater's buffer, until a GC pass)
+        del future
         raise
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...errors import InvalidRequest, PayloadTooLarge
 from ...inflight import Claim
+from ...slots import to_its_end
 
 LARGE = 1 << 20
 MAPPED = 1 << 20
@@ -77,6 +78,7 @@ class Inflater:
         self.filled = 0   # bytes made so far, kept or only counted
         self.kept = 0     # bytes of ``out`` charged to the claim
         self.prepaid = False  # ``out`` has the stream's size and is charged whole (_again)
+        self.stopped = False  # its request was cancelled: the thread ends at its next step (stop)
 
     def step(self) -> bool:
         """Inflate up to STEP bytes more; True once the stream has ended."""
@@ -114,7 +116,7 @@ class Inflater:
         the others, or one that met a full budget)."""
         self.stream, self.pending, self.fed = zlib.decompressobj(self.wbits), b"", 0
         self.out, self.filled, self.prepaid = _buffer(self.filled), 0, True
-        while not self.step():
+        while not self.stopped and not self.step():
             pass
 
     def _keep(self, chunk: bytes, end: int) -> None:
@@ -139,8 +141,12 @@ class Inflater:
         self.kept = end
 
     def rest(self) -> None:
-        while not self.step():
+        while not self.stopped and not self.step():
             pass
+
+    def stop(self) -> None:
+        """Its request was cancelled: no step after the one under way (nobody will read the output)."""
+        self.stopped = True
 
     def result(self) -> memoryview:
         assert self.out is not None
@@ -161,12 +167,15 @@ async def decode_body(body: memoryview, content_encoding: str | None, limit: int
 
 async def inflated(inflater: Inflater, first_on_loop: bool) -> memoryview:
     """``inflater``'s output: its first step on the loop if ``first_on_loop``, the rest in the inflating
-    threads; one that can only be refused (counted from the start) all in the counting thread."""
+    threads; one that can only be refused (counted from the start) all in the counting thread. A
+    cancellation (gRPC: the client's reset, the deadline, the connection lost) reaches the caller once
+    the thread has stopped: the thread charges its steps to the request's claim, which the caller
+    releases on its way out, and bytes charged after that would be lost to the budget for good."""
     loop = asyncio.get_running_loop()
     if inflater.out is None:
-        await loop.run_in_executor(_COUNT_THREAD, inflater.rest)
+        await to_its_end(loop.run_in_executor(_COUNT_THREAD, inflater.rest), inflater.stop)
     elif not (first_on_loop and inflater.step()):
-        await loop.run_in_executor(_INFLATE_THREADS, inflater.rest)
+        await to_its_end(loop.run_in_executor(_INFLATE_THREADS, inflater.rest), inflater.stop)
     return inflater.result()
 
 

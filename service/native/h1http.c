@@ -1,0 +1,301 @@
+/* HTTP/1.1 requests of the inference routes, parsed in C: the hot path of vkact's HTTP port.
+ *
+ * uvicorn's httptools protocol calls into Python for every piece of a request (its start, the URL, each
+ * header, the body, its end) and parses the URL again in Python. This module reads a connection's bytes
+ * and hands Python one event per complete request that it fully understands; everything else stays
+ * uvicorn's (service/http_native.py):
+ *   events = session.receive(bytes) -> [(path: str, raw_path: bytes, headers: [(name, value)], body: bytes,
+ *                                         keep_alive: bool), ...]
+ *       names lower-cased (as ASGI wants them), values without leading blanks (as llhttp gives them);
+ *   session.fallback   True once a request is not one it takes: from its first byte on, the connection's
+ *                      bytes belong to the general parser; rest = session.rest() returns them (and empties
+ *                      the buffer), and receive() takes nothing more;
+ *   session.state      0: no partial request buffered; 1: a request's head is partial; 2: its body is.
+ * A request it takes: "POST <path> HTTP/1.1", the path /v1/execute or /v2/models/.../infer in plain
+ * characters (no query, no percent-escapes), header lines of token names and printable values, exactly
+ * one Content-Length of at most max_body bytes, no Transfer-Encoding, Expect or Upgrade, Connection
+ * absent or keep-alive or close, at most MAX_HEADERS headers in at most max_head bytes. Anything else, a
+ * valid request or not, is the fallback's, so its answer (400, 413, 100-continue, chunked...) stays as
+ * it was. After a request with Connection: close nothing more is read (the connection closes after its
+ * answer). The buffer holds at most max_head + max_body bytes of a partial request. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <structmember.h>
+#include <string.h>
+
+#define MAX_HEADERS 64
+#define MAX_PATH 1024
+
+typedef struct {
+    PyObject_HEAD
+    char *buf;
+    size_t len, cap;      /* unparsed bytes */
+    size_t scanned;       /* bytes of buf already searched for the head's end (none found) */
+    size_t need;          /* a partial request's whole size, once its head was taken; else 0 */
+    size_t max_head, max_body;
+    int fallback, closed, state;
+} Session;
+
+enum { TAKEN, PARTIAL_HEAD, PARTIAL_BODY, NOT_OURS, FAILED };
+
+static const char TCHAR[] = "!#$%&'*+-.^_`|~";
+
+static int is_tchar(unsigned char c) { return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || (c && strchr(TCHAR, c)); }
+static int is_path_char(unsigned char c) { return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '-' || c == '.' || c == '_' || c == '~' || c == '/'; }
+static int is_blank(unsigned char c) { return c == ' ' || c == '\t'; }
+
+static int name_is(const char *name, size_t len, const char *lower) {
+    size_t n = strlen(lower);
+    if (len != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((name[i] | 0x20) != lower[i]) return 0;
+    return 1;
+}
+
+static int inference_path(const char *p, size_t n) {
+    static const char v1[] = "/v1/execute", v2[] = "/v2/models/", infer[] = "/infer";
+    if (n == sizeof v1 - 1 && memcmp(p, v1, n) == 0) return 1;
+    return n > sizeof v2 - 1 + sizeof infer - 1 && memcmp(p, v2, sizeof v2 - 1) == 0 &&
+           memcmp(p + n - (sizeof infer - 1), infer, sizeof infer - 1) == 0;
+}
+
+/* The end of the head (the offset after its blank line) in buf; 0 when it has not arrived; BAD when its
+ * bytes already show it is not one this module takes (another method, a control byte, a bare LF), so
+ * that the general parser answers garbage as soon as it comes, as before. */
+#define BAD ((size_t)-1)
+static size_t head_end(Session *self) {
+    static const char method[] = "POST /";
+    size_t prefix = self->len < sizeof method - 1 ? self->len : sizeof method - 1;
+    if (memcmp(self->buf, method, prefix) != 0) return BAD;
+    const unsigned char *b = (const unsigned char *)self->buf;
+    for (size_t i = self->scanned; i < self->len; i++) {
+        unsigned char c = b[i];
+        if (c == '\n') {
+            if (i == 0 || b[i - 1] != '\r') return BAD;
+            if (i >= 3 && b[i - 2] == '\n' && b[i - 3] == '\r') return i + 1;
+        } else if (c != '\r' && c != '\t' && (c < 0x20 || c > 0x7e)) {
+            return BAD;
+        } else if (i > 0 && b[i - 1] == '\r' && c != '\n') {
+            return BAD;
+        }
+    }
+    self->scanned = self->len;
+    return 0;
+}
+
+typedef struct { const char *name, *value; size_t name_len, value_len; } Header;
+
+/* The request at the start of buf: TAKEN (*event set, *size its bytes), partial, NOT_OURS or FAILED. */
+static int parse(Session *self, PyObject **event, size_t *size) {
+    if (self->len == 0) return PARTIAL_HEAD;
+    if (self->need && self->len < self->need) return PARTIAL_BODY;
+    size_t end = head_end(self);
+    if (end == BAD) return NOT_OURS;
+    if (end == 0) return self->len >= self->max_head ? NOT_OURS : PARTIAL_HEAD;
+    if (end > self->max_head) return NOT_OURS;
+    const char *p = self->buf, *stop = self->buf + end - 2;  /* stop: the blank line's CRLF */
+    if (end < 32 || memcmp(p, "POST /", 6) != 0) return NOT_OURS;  /* shorter: no Content-Length */
+    const char *path = p + 5, *q = path;
+    while (q < stop && is_path_char((unsigned char)*q)) q++;
+    size_t path_len = (size_t)(q - path);
+    if (path_len > MAX_PATH || stop - q < 11 || memcmp(q, " HTTP/1.1\r\n", 11) != 0 || !inference_path(path, path_len)) return NOT_OURS;
+    q += 11;
+    Header headers[MAX_HEADERS];
+    size_t count = 0, length = 0;
+    int keep_alive = 1, have_length = 0;
+    while (q < stop) {
+        const char *name = q;
+        while (q < stop && is_tchar((unsigned char)*q)) q++;
+        if (q == name || q == stop || *q != ':' || count == MAX_HEADERS) return NOT_OURS;
+        size_t name_len = (size_t)(q - name);
+        q++;
+        while (q < stop && is_blank((unsigned char)*q)) q++;
+        const char *value = q;
+        while (q < stop && (is_blank((unsigned char)*q) || (*q >= 0x21 && *q <= 0x7e))) q++;
+        if (q + 2 > stop || q[0] != '\r' || q[1] != '\n') return NOT_OURS;  /* a control byte, bare LF or obs-text */
+        size_t raw_len = (size_t)(q - value), value_len = raw_len;  /* the value as llhttp gives it; its meaning without trailing blanks */
+        while (value_len > 0 && is_blank((unsigned char)value[value_len - 1])) value_len--;
+        q += 2;
+        if (name_is(name, name_len, "content-length")) {
+            if (have_length || value_len == 0 || value_len > 18) return NOT_OURS;
+            for (size_t i = 0; i < value_len; i++) {
+                if (value[i] < '0' || value[i] > '9') return NOT_OURS;
+                length = length * 10 + (size_t)(value[i] - '0');
+            }
+            have_length = 1;
+        } else if (name_is(name, name_len, "transfer-encoding") || name_is(name, name_len, "expect") ||
+                   name_is(name, name_len, "upgrade")) {
+            return NOT_OURS;
+        } else if (name_is(name, name_len, "connection")) {
+            if (name_is(value, value_len, "close")) keep_alive = 0;
+            else if (!name_is(value, value_len, "keep-alive")) return NOT_OURS;
+        }
+        headers[count++] = (Header){name, value, name_len, raw_len};
+    }
+    if (!have_length || length > self->max_body) return NOT_OURS;
+    if (self->len - end < length) {
+        self->need = end + length;
+        return PARTIAL_BODY;
+    }
+    PyObject *list = PyList_New((Py_ssize_t)count);
+    if (list == NULL) return FAILED;
+    for (size_t i = 0; i < count; i++) {
+        /* a new object, filled here: one made from the bytes may be a shared one (a 1-byte name's singleton) */
+        PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)headers[i].name_len);
+        if (name != NULL) {
+            char *lower = PyBytes_AS_STRING(name);
+            for (size_t j = 0; j < headers[i].name_len; j++)
+                lower[j] = headers[i].name[j] >= 'A' && headers[i].name[j] <= 'Z' ? headers[i].name[j] | 0x20 : headers[i].name[j];
+        }
+        PyObject *pair = name ? Py_BuildValue("(Ny#)", name, headers[i].value, (Py_ssize_t)headers[i].value_len) : NULL;
+        if (pair == NULL) {
+            Py_DECREF(list);
+            return FAILED;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
+    }
+    *event = Py_BuildValue("(s#y#Ny#O)", path, (Py_ssize_t)path_len, path, (Py_ssize_t)path_len, list, p + end,
+                           (Py_ssize_t)length, keep_alive ? Py_True : Py_False);
+    if (*event == NULL) return FAILED;
+    *size = end + length;
+    return TAKEN;
+}
+
+static int append(Session *self, const char *data, size_t n) {
+    if (n == 0) return 0;
+    if (self->len + n > self->cap) {
+        size_t cap = self->cap ? self->cap : 4096;
+        while (cap < self->len + n) cap *= 2;
+        char *grown = PyMem_Realloc(self->buf, cap);
+        if (grown == NULL) return -1;
+        self->buf = grown;
+        self->cap = cap;
+    }
+    memcpy(self->buf + self->len, data, n);
+    self->len += n;
+    return 0;
+}
+
+static void consume(Session *self, size_t n) {
+    memmove(self->buf, self->buf + n, self->len - n);
+    self->len -= n;
+    self->scanned = 0;
+    self->need = 0;
+}
+
+static int Session_init(Session *self, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"max_head", "max_body", NULL};
+    Py_ssize_t max_head, max_body;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nn", keywords, &max_head, &max_body)) return -1;
+    if (max_head < 64 || max_body < 0 || max_head > (1 << 24) || max_body > (1 << 30)) {
+        PyErr_SetString(PyExc_ValueError, "64 <= max_head <= 2**24 and 0 <= max_body <= 2**30");
+        return -1;
+    }
+    self->max_head = (size_t)max_head;
+    self->max_body = (size_t)max_body;
+    return 0;
+}
+
+static void Session_dealloc(Session *self) {
+    PyMem_Free(self->buf);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Session_receive(Session *self, PyObject *arg) {
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *events = PyList_New(0);
+    if (events == NULL || self->closed) {
+        PyBuffer_Release(&data);
+        return events;
+    }
+    int rc = append(self, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    if (rc < 0) {
+        Py_DECREF(events);
+        return PyErr_NoMemory();
+    }
+    if (self->fallback) return events;  /* the bytes wait for rest() */
+    size_t taken = 0;
+    for (;;) {
+        PyObject *event = NULL;
+        size_t size = 0;
+        int found = parse(self, &event, &size);
+        if (found == FAILED) {
+            Py_DECREF(events);
+            return NULL;
+        }
+        if (found == NOT_OURS) self->fallback = 1;
+        if (found != TAKEN) {
+            self->state = found == PARTIAL_HEAD ? (self->len ? 1 : 0) : found == PARTIAL_BODY ? 2 : 0;
+            break;
+        }
+        taken++;
+        int appended = PyList_Append(events, event);
+        int close = PyTuple_GET_ITEM(event, 4) == Py_False;
+        Py_DECREF(event);
+        consume(self, size);
+        if (appended < 0) {
+            Py_DECREF(events);
+            return NULL;
+        }
+        if (close) {  /* nothing after it is read: the connection closes once it is answered */
+            self->closed = 1;
+            self->len = 0;
+            self->state = 0;
+            break;
+        }
+    }
+    return events;
+}
+
+static PyObject *Session_rest(Session *self, PyObject *unused) {
+    PyObject *rest = PyBytes_FromStringAndSize(self->buf, (Py_ssize_t)self->len);
+    if (rest != NULL) {
+        self->len = 0;
+        self->scanned = self->need = 0;
+        self->state = 0;
+    }
+    return rest;
+}
+
+static PyMethodDef Session_methods[] = {
+    {"receive", (PyCFunction)Session_receive, METH_O, "Feed bytes read from the socket; the complete requests taken."},
+    {"rest", (PyCFunction)Session_rest, METH_NOARGS, "The bytes buffered and not taken (the fallback's), emptying the buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Session_members[] = {
+    {"fallback", T_INT, offsetof(Session, fallback), READONLY, "A request it does not take has begun: rest() is the general parser's."},
+    {"state", T_INT, offsetof(Session, state), READONLY, "0: nothing partial buffered; 1: a partial head; 2: a partial body."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject SessionType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "service.native._h1http.Session",
+    .tp_basicsize = sizeof(Session),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One HTTP/1.1 connection's parser for the inference routes.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Session_init,
+    .tp_dealloc = (destructor)Session_dealloc,
+    .tp_methods = Session_methods,
+    .tp_members = Session_members,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_h1http", .m_doc = "HTTP/1.1 inference requests, parsed in C.", .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__h1http(void) {
+    if (PyType_Ready(&SessionType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Session", (PyObject *)&SessionType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,157 @@
+"""service/native/h1http.c, the C parser of the HTTP port's inference requests, against httptools (llhttp,
+uvicorn's parser) as the oracle: what it takes it reads as httptools does; what it does not take it
+leaves whole, from the request's first byte, to httptools."""
+from __future__ import annotations
+
+import httptools
+import pytest
+
+from service.native import h1http
+
+MAX_HEAD, MAX_BODY = 16384, 65536
+
+
+def session() -> h1http.Session:
+    return h1http.Session(MAX_HEAD, MAX_BODY)
+
+
+def oracle(raw: bytes) -> list[tuple[bytes, list[tuple[bytes, bytes]], bytes, bool]]:
+    """The requests httptools reads in ``raw``: (URL, headers lower-cased, body, keep-alive)."""
+    found: list = []
+
+    class Callbacks:
+        def on_message_begin(self) -> None:
+            self.url, self.headers, self.body = b"", [], b""
+
+        def on_url(self, url: bytes) -> None:
+            self.url += url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.headers.append((name.lower(), value))
+
+        def on_body(self, body: bytes) -> None:
+            self.body += body
+
+        def on_message_complete(self) -> None:
+            found.append((self.url, self.headers, self.body, parser.should_keep_alive()))
+
+    parser = httptools.HttpRequestParser(Callbacks())
+    parser.feed_data(raw)
+    return found
+
+
+def request(path: bytes = b"/v2/models/relu/infer", body: bytes = b'{"inputs": []}', extra: bytes = b"") -> bytes:
+    return (b"POST " + path + b" HTTP/1.1\r\nHost: vkact\r\nContent-Type: application/json\r\n" + extra
+            + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
+TAKEN = [
+    request(),
+    request(b"/v1/execute", b"x" * 1000),
+    request(b"/v2/models/relu/versions/1/infer", b"", b"Connection: keep-alive\r\n"),
+    request(body=b"\x00\xff" * 2048, extra=b"Inference-Header-Content-Length: 12\r\nX-Request-ID:   spaced value \t \r\n"),
+    request(extra=b"CONNECTION: Close\r\n"),
+    request(body=b"b" * MAX_BODY),
+]
+
+
+@pytest.mark.parametrize("raw", TAKEN, ids=range(len(TAKEN)))
+def test_taken_requests_read_as_httptools_reads_them(raw):
+    events = session().receive(raw)
+    assert [(raw_path, headers, body, keep_alive) for _, raw_path, headers, body, keep_alive in events] == oracle(raw)
+    assert events[0][0] == events[0][1].decode()
+
+
+def test_every_split_of_pipelined_requests_gives_the_same_events():
+    raw = request() + request(b"/v1/execute", b"abc") + request(body=b"0123456789")
+    whole = session().receive(raw)
+    assert len(whole) == 3
+    for cut in range(1, len(raw)):
+        s = session()
+        first = s.receive(raw[:cut])
+        assert s.state in (0, 1, 2) and not s.fallback
+        assert first + s.receive(raw[cut:]) == whole, cut
+        assert s.state == 0
+
+
+def test_the_state_says_what_is_partial():
+    s = session()
+    assert s.receive(b"POST /v1/exec") == [] and s.state == 1
+    assert s.receive(b"ute HTTP/1.1\r\nContent-Length: 4\r\n\r\nab") == [] and s.state == 2
+    assert len(s.receive(b"cd")) == 1 and s.state == 0
+
+
+NOT_TAKEN = {
+    "another method": b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n",
+    "another route": request(b"/v2/repository/index"),
+    "a query": request(b"/v1/execute?x=1"),
+    "a percent-escape": request(b"/v2/models/re%6Cu/infer"),
+    "HTTP/1.0": request().replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+    "chunked": b"POST /v1/execute HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    "no length": b"POST /v1/execute HTTP/1.1\r\nHost: x\r\n\r\n",
+    "two lengths": request(extra=b"Content-Length: 14\r\n"),
+    "a signed length": request().replace(b"Content-Length: 14", b"Content-Length: +14"),
+    "Expect": request(extra=b"Expect: 100-continue\r\n"),
+    "Upgrade": request(extra=b"Connection: Upgrade\r\nUpgrade: websocket\r\n"),
+    "another Connection": request(extra=b"Connection: keep-alive, TE\r\n"),
+    "a body over the bound": request(body=b"b" * (MAX_BODY + 1)),
+    "a folded header": request(extra=b"X-A: 1\r\n folded\r\n"),
+    "a space before the colon": request(extra=b"X-A : 1\r\n"),
+    "a control byte": request(extra=b"X-A: \x01\r\n"),
+    "obs-text": request(extra=b"X-A: caf\xe9\r\n"),
+    "a bare LF": request().replace(b"\r\nHost", b"\nHost"),
+    "a bare CR": request().replace(b"\r\nHost", b"\rHost"),
+    "too many headers": request(extra=b"".join(b"X-%d: v\r\n" % i for i in range(70))),
+    "a head over the bound": request(extra=b"X-Long: " + b"v" * MAX_HEAD + b"\r\n"),
+    "garbage": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+}
+
+
+@pytest.mark.parametrize("raw", NOT_TAKEN.values(), ids=NOT_TAKEN.keys())
+def test_requests_it_does_not_take_go_whole_to_the_fallback(raw):
+    taken = request(b"/v1/execute", b"first")
+    s = session()
+    events = s.receive(taken + raw)
+    assert [e[1] for e in events] == [b"/v1/execute"] and s.fallback
+    assert s.rest() == raw  # from its first byte, nothing consumed
+    assert s.receive(request()) == [] and s.rest() == request()  # the connection is the fallback's from then on
+
+
+def test_garbage_falls_back_before_the_head_ends():
+    """httptools answers 400 at the first bad byte: the fallback must see it as soon as it comes."""
+    for partial in (b"GET", b"POST /v1/execute HTTP/1.1\r\nX-A: \x00", b"POST /v1/execute\n", b"PUT /"):
+        s = session()
+        s.receive(partial)
+        assert s.fallback and s.rest() == partial, partial
+
+
+def test_nothing_after_connection_close_is_read():
+    s = session()
+    events = s.receive(request(extra=b"Connection: close\r\n") + request(b"/v1/execute"))
+    assert len(events) == 1 and events[0][4] is False
+    assert s.receive(request()) == [] and s.state == 0 and not s.fallback
+
+
+def test_a_partial_request_holds_at_most_its_head_and_body_bound():
+    s = session()
+    head = b"POST /v1/execute HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % MAX_BODY
+    s.receive(head)
+    for _ in range(MAX_BODY // 4096 - 1):
+        assert s.receive(b"b" * 4096) == [] and s.state == 2
+    events = s.receive(b"b" * 4096 + b"POST /v1/exe")
+    assert len(events) == 1 and len(events[0][3]) == MAX_BODY and s.state == 1
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        h1http.Session(10, 10)
+    with pytest.raises(ValueError):
+        h1http.Session(MAX_HEAD, -1)
+
+
+def test_a_one_letter_header_name_leaves_the_shared_bytes_alone():
+    """Found by the fuzz target: lower-casing a name in place changed CPython's shared 1-byte object b"L"
+    (every b"L" of the process read b"l" after it)."""
+    events = session().receive(b"POST /v1/execute HTTP/1.1\r\nL: X\r\nContent-Length: 0\r\n\r\n")
+    assert events[0][2][0] == (b"l", b"X")
+    assert bytes([ord("L")]) == b"L" and bytes([ord("X")]) == b"X"
