@@ -15,6 +15,6 @@ double activate(double x) {
 // x / Alpha <= 0 here: exp is at most 1, and the rounding of the quotient barely shows in the result.
 // For x > 0 the second term is 0; NaN takes the second branch and stays NaN.
 float activate(float x) {
-    return x > 0.0 ? x : PARAM(0) * expm1_f(x * PARAM(1));
+    return x > 0.0 ? x : PARAM(0) * expm1_nonpositive_f(x * PARAM(1));
 }
 #endif

@@ -9,9 +9,10 @@ double activate(double x) {
     return x >= 0.0 ? x : PARAM_F64(0) * expm1_d(x);
 }
 #else
-// DML_ACTIVATION_ELU_OPERATOR_DESC { Alpha }: x if x >= 0, else Alpha * (exp(x) - 1), with expm1_f (no
-// cancellation near 0). -0 takes the identity branch; NaN fails the test and stays NaN; -inf gives -Alpha.
+// DML_ACTIVATION_ELU_OPERATOR_DESC { Alpha }: x if x >= 0, else Alpha * (exp(x) - 1), with
+// expm1_nonpositive_f (no cancellation near 0). -0 takes the identity branch; NaN fails the test and
+// stays NaN; -inf gives -Alpha.
 float activate(float x) {
-    return x >= 0.0 ? x : PARAM(0) * expm1_f(x);
+    return x >= 0.0 ? x : PARAM(0) * expm1_nonpositive_f(x);
 }
 #endif

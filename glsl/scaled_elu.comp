@@ -15,6 +15,6 @@ double activate(double x) {
 // Gamma * (Alpha * exp(x) - Alpha) = (Gamma * Alpha) * expm1(x), without the cancellation near 0.
 // PARAM(0) = Gamma, PARAM(1) = Gamma * Alpha (from the host). NaN takes the second branch and stays NaN.
 float activate(float x) {
-    return x > 0.0 ? PARAM(0) * x : PARAM(1) * expm1_f(x);
+    return x > 0.0 ? PARAM(0) * x : PARAM(1) * expm1_nonpositive_f(x);
 }
 #endif

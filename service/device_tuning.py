@@ -20,9 +20,13 @@ LLVMPIPE_LOOP_BUDGET = 32768
 # glsl/common/reduction.glsl) to stay within the budget on long rows.
 LLVMPIPE_UNROLL = 4
 # Units (16-byte vectors, or elements when strided) per invocation on llvmpipe: it runs each SIMD batch
-# of a workgroup through the whole loop, so about four steps amortise the workgroup's set-up without
-# scattering its loads (measured: 9.5 GB/s against 7.9 at one step and 2.4 at 64).
-LLVMPIPE_UNITS_PER_INVOCATION = 4
+# of a workgroup through the whole loop, so more steps amortise the workgroup's and the invocation's
+# set-up (its push constants, a fused graph's parameter words, each read lane by lane). Measured on
+# llvmpipe (LLVM 15, 2 cores), packed FLOAT32 kernels against 4 steps in alternated rounds, 2^16 to
+# 2^24 elements: 16 steps took 0.87-0.93 of the time (SOFTPLUS 0.87, SIGMOID 0.89-0.91, RELU 0.91-0.93;
+# 32: within 0.02 of 16; 64: worse than 16), the fused 4-node exp/tanh chain 0.88 of its CPU time; an
+# earlier build measured 1 step at 0.83 of 4's throughput. Strided kernels: even (0.99-1.03).
+LLVMPIPE_UNITS_PER_INVOCATION = 16
 # Queued requests of one descriptor that run as one dispatch (Settings.max_batch 0, the default): on a
 # CPU driver each batched job's elements cost as much as alone, the batch saves one submission and
 # one message per job, and 8 was where 8 clients stopped gaining (measured on llvmpipe). A GPU runs a

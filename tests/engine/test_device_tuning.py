@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from service.device_tuning import CPU_MAX_BATCH, GPU_MAX_BATCH, LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNROLL, tuning_for, workgroup_size
+from service.device_tuning import (CPU_MAX_BATCH, GPU_MAX_BATCH, LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNITS_PER_INVOCATION,
+                                   LLVMPIPE_UNROLL, tuning_for, workgroup_size)
 from service.vulkan_probe import PhysicalDevice
 
 BASE = PhysicalDevice(index=0, name="", type="cpu", vendor_id=0, device_id=0, api_version="1.3.0", driver_name="",
@@ -20,7 +21,7 @@ INTEGRATED = dataclasses.replace(BASE, name="Intel(R) UHD Graphics 770", type="i
 
 def test_llvmpipe_takes_every_path_measured_on_it():
     t = tuning_for(LLVMPIPE)
-    assert t.memory == "host" and t.units_per_invocation == 4 and t.cpu_workgroups
+    assert t.memory == "host" and t.units_per_invocation == LLVMPIPE_UNITS_PER_INVOCATION == 16 and t.cpu_workgroups
     assert t.loop_budget == LLVMPIPE_LOOP_BUDGET and t.reduction_unroll == LLVMPIPE_UNROLL
     assert t.small_dispatch_engine and t.pin_cpu and t.nice_driver_threads
     assert t.max_batch == CPU_MAX_BATCH == 8
