@@ -17,10 +17,10 @@ from service.operators import parse_operator
 from tests.engine.test_operators import CASES, max_ulp
 from tests.helpers import assert_matches, tensor
 from tests.service.conftest import ended, spawned_children, start_server, stop_server
+from tests.service.test_bombs import PROBE_TIMEOUT_S
 from tests.service.helpers import binary_request, decode_response, request_body
 
 
-PROBE_TIMEOUT_S = 3  # a Kubernetes liveness probe's timeoutSeconds is 1 by default; 3 leaves room for a busy CI
 
 
 def one_request(client: httpx.Client, i: int) -> None:
@@ -61,8 +61,8 @@ def test_concurrent_requests_of_one_descriptor_each_get_their_own_answer(server,
 
 
 def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
-    """Probes keep being answered while one large request is read, computed and answered: each within a
-    liveness probe's budget (a timeout, not a latency bound: a busy CI machine must not fail this), and
+    """Probes keep being answered while one large request is read, computed and answered: each waited for
+    generously (PROBE_TIMEOUT_S: a timeout, not a latency bound: a busy CI machine must not fail this), and
     several of them while the request is in flight, which a loop held by the request could not do. The
     latency itself is a figure of the benchmark (bench/service.py, liveness under load).
 
@@ -77,7 +77,7 @@ def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
     for key, value in headers.items():
         curl += ["-H", f"{key}: {value}"]
     probes = 0
-    with httpx.Client(base_url=server.url, timeout=PROBE_TIMEOUT_S) as probe:
+    with httpx.Client(base_url=server.url, timeout=PROBE_TIMEOUT_S) as probe:  # generous: see test_bombs
         probe.get("/health/live")
         big = subprocess.Popen([*curl, f"{server.url}/v1/execute"])
         while big.poll() is None:
