@@ -53,7 +53,7 @@ def start_server(wrap: tuple[str, ...] = (), supervised: bool = False, **setting
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # generous: a busy machine imports, probes Vulkan and loads shaders slowly
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {proc.stdout.read().decode() if proc.stdout else ''}")
@@ -64,7 +64,7 @@ def start_server(wrap: tuple[str, ...] = (), supervised: bool = False, **setting
             pass
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("server not ready within 60 s")
+    raise RuntimeError("server not ready within 180 s")
 
 
 def spawned_children(pid: int) -> list[int]:

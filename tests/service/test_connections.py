@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
+from tests.service.test_bombs import PROBE_TIMEOUT_S
 from tests.service.conftest import Server, start_server, stop_server
 
 WAIT_S = 60  # the test's own bound on waiting for the server to drop a connection: far past its timeouts
@@ -66,7 +67,7 @@ def test_200_half_sent_requests_are_dropped_after_the_read_timeouts(guarded):
         s.sendall(b"POST /v1/execute HTTP/1.1\r\nHost: vkact\r\nContent-Le")
     for s in half_body:
         s.sendall(b"POST /v2/models/relu/infer HTTP/1.1\r\nHost: vkact\r\nContent-Length: 1000\r\n\r\n{\"inputs\": [")
-    with httpx.Client(base_url=guarded.url, timeout=5) as probe:  # a liveness probe's budget
+    with httpx.Client(base_url=guarded.url, timeout=PROBE_TIMEOUT_S) as probe:  # generous: an answer, not a latency (test_bombs)
         assert probe.get("/health/live").status_code == 200  # answered while the 200 are held
         closed = read_until_closed(socks, WAIT_S)
         assert len(closed) == 200, f"{200 - len(closed)} of 200 half-sent requests still held after {WAIT_S} s"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
-import subprocess
 from collections.abc import Iterator
 
 import numpy as np
@@ -22,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from service.dataplane.models import MODELS
 from tests.graph_helpers import SIZES, activation, chain, sample
-from tests.service.test_perf_analyzer import MODES, perf_analyzer, reported, shared_memory_names  # noqa: F401 - a fixture
+from tests.service.test_perf_analyzer import MODES, measure, perf_analyzer, shared_memory_names  # noqa: F401 - a fixture
 from tests.service.test_v2 import address, triton_dtype
 from tests.service.test_v2_errors import assert_still_serving
 from tests.service.test_v2_shm import Region, regions  # noqa: F401 - the fixture
@@ -318,12 +317,11 @@ def test_perf_analyzer_measures_a_graph_model(tc, server, http, perf_analyzer, m
     tc.load_model("shared", config=json.dumps(shared()))
     args = MODES[mode]
     url = server.grpc if "grpc" in args else server.url.removeprefix("http://")
+
+    def counted() -> tuple[int, int]:
+        (stats,) = tc.get_inference_statistics("shared")["model_stats"]
+        return stats["inference_stats"]["success"]["count"], stats["inference_stats"]["fail"]["count"]
+
     with shared_memory_names(args):
-        done = subprocess.run([*perf_analyzer, "-m", "shared", "-u", url, *args, "--concurrency-range", "2", "--request-count", "12"],
-                              capture_output=True, text=True, timeout=180)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert reported(output, "Client", "Request count") == 12 and reported(output, "Server", "Successful request count") == 12, output
-    (stats,) = tc.get_inference_statistics("shared")["model_stats"]
-    assert stats["inference_stats"]["success"]["count"] == 12 and stats["inference_stats"]["fail"]["count"] == 0
+        measure([*perf_analyzer, "-m", "shared", "-u", url, *args, "--concurrency-range", "2", "--request-count", "12"], 12, counted)
     assert_still_serving(http)

@@ -1,6 +1,6 @@
 """Request bytes in flight within one budget (service/inflight.py, VKACT_INFLIGHT_BYTES): 32 compressed
 bombs at once, over HTTP and over gRPC, each refused (413 / RESOURCE_EXHAUSTED) while the HTTP process's
-peak memory grows by less than 300 MB and liveness probes are answered throughout; a normal compressed
+peak memory grows by less than 300 MB and liveness probes sent meanwhile are answered; a normal compressed
 request served after them, the budget given back after every failure. Latency under the bombs
 is a figure of the benchmark (bench/liveness.py), never asserted here."""
 from __future__ import annotations
@@ -28,6 +28,7 @@ from service.errors import Busy, PayloadTooLarge
 from tests.service.conftest import Server, start_server, stop_server
 from tests.service.test_bombs import peak_rss
 from tests.service.test_bombs import probe_while as bombs_probe_while
+from tests.service.test_bombs import sending
 from tests.service.test_grpc_transport import INFER, relu_of, relu_request
 from tests.service.test_memory_bounds import until
 from tests.service.test_process_faults import gauge
@@ -113,6 +114,7 @@ def send_http_bombs(url: str, count: int, names: list[str]) -> None:
             return names[i % len(names)], response.status_code
 
     with ThreadPoolExecutor(count) as pool:
+        sending()
         print(json.dumps(list(pool.map(post, range(count)))))
 
 
@@ -139,6 +141,7 @@ def send_grpc_bombs(address: str, count: int) -> None:
             return status[1] if status else done.stdout[-500:]
 
         with ThreadPoolExecutor(count) as pool:
+            sending()
             print(json.dumps(list(pool.map(call, range(count)))))
 
 

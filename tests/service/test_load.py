@@ -17,10 +17,10 @@ from service.operators import parse_operator
 from tests.engine.test_operators import CASES, max_ulp
 from tests.helpers import assert_matches, tensor
 from tests.service.conftest import ended, spawned_children, start_server, stop_server
+from tests.service.test_bombs import PROBE_TIMEOUT_S
 from tests.service.helpers import binary_request, decode_response, request_body
 
 
-PROBE_TIMEOUT_S = 3  # a Kubernetes liveness probe's timeoutSeconds is 1 by default; 3 leaves room for a busy CI
 
 
 def one_request(client: httpx.Client, i: int) -> None:
@@ -61,8 +61,8 @@ def test_concurrent_requests_of_one_descriptor_each_get_their_own_answer(server,
 
 
 def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
-    """Probes keep being answered while one large request is read, computed and answered: each within a
-    liveness probe's budget (a timeout, not a latency bound: a busy CI machine must not fail this), and
+    """Probes keep being answered while one large request is read, computed and answered: each waited for
+    generously (PROBE_TIMEOUT_S: a timeout, not a latency bound: a busy CI machine must not fail this), and
     several of them while the request is in flight, which a loop held by the request could not do. The
     latency itself is a figure of the benchmark (bench/service.py, liveness under load).
 
@@ -77,7 +77,7 @@ def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
     for key, value in headers.items():
         curl += ["-H", f"{key}: {value}"]
     probes = 0
-    with httpx.Client(base_url=server.url, timeout=PROBE_TIMEOUT_S) as probe:
+    with httpx.Client(base_url=server.url, timeout=PROBE_TIMEOUT_S) as probe:  # generous: see test_bombs
         probe.get("/health/live")
         big = subprocess.Popen([*curl, f"{server.url}/v1/execute"])
         while big.poll() is None:
@@ -131,7 +131,7 @@ def test_a_crashed_worker_is_restarted():
         with server.client() as client:
             one_request(client, 1)
             os.kill(worker_pid(server), signal.SIGKILL)
-            await_restarted_worker(client, 30)
+            await_restarted_worker(client, 120)  # a wait, not a bound: a new worker loads kp and its shaders
             for i in range(5):
                 one_request(client, i)
     finally:
@@ -183,7 +183,7 @@ def test_a_request_past_the_timeout_gets_504_and_the_service_carries_on():
         with server.client() as client:
             response = client.post("/v1/execute", content=body, headers=headers)
             assert response.status_code == 504 and "within 0.02 s" in response.json()["error"]
-            deadline = time.monotonic() + 30  # the job finishes on the device, then its slot is free
+            deadline = time.monotonic() + 120  # the job finishes on the device (GELU on 64 MiB: long on a busy CPU), then its slot is free
             while _metric(client, "vkact_queue_depth") != 0:
                 assert time.monotonic() < deadline, "the timed-out job never let its slot go"
                 time.sleep(0.02)
@@ -241,7 +241,7 @@ def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_r
             for t in threads:
                 t.join()
             assert statuses == [200, 200, 200, 200]
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60  # a wait, not a latency bound: it is counted when the loop gets to it
             while _metric(client, f"nv_inference_request_failure{celu}") < 1:
                 assert time.monotonic() < deadline, "the hung-up request was never counted"
                 time.sleep(0.01)
@@ -324,7 +324,6 @@ def test_equal_descriptors_spelled_differently_share_one_key_and_batch_together(
     assert dispatched == 2 + len(queued) and batches == 2 + 1 and sizes == [len(queued)] * len(queued)
 
 
-@pytest.mark.timeout(120)
 def test_a_hung_device_worker_is_killed_and_the_service_recovers():
     """SIGSTOP plays a hung device: the request on it gets its 504, the watchdog kills the worker once
     the job has been on the device past device_timeout_s, readiness drops, and after the restart
@@ -338,7 +337,7 @@ def test_a_hung_device_worker_is_killed_and_the_service_recovers():
             x = np.ones(16, np.float32)
             body, headers = binary_request(request_body("SOFTSIGN", x), x.view(np.uint8))
             assert client.post("/v1/execute", content=body, headers=headers).status_code == 504
-            await_restarted_worker(client, 60)
+            await_restarted_worker(client, 120)
             assert ended(pid)  # killed
             for i in range(3):
                 one_request(client, i)

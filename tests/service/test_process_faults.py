@@ -25,7 +25,6 @@ def gauge(client: httpx.Client, name: str) -> float:
     return float(match[1])
 
 
-@pytest.mark.timeout(120)
 def test_in_flight_requests_of_a_dying_worker_get_503_with_retry_after():
     server = start_server()
     try:
@@ -47,7 +46,7 @@ def test_in_flight_requests_of_a_dying_worker_get_503_with_retry_after():
                 assert response.status_code == 503, response.text
                 assert response.headers["retry-after"] == "1"
                 assert "device worker exited" in response.json()["error"]
-            await_restarted_worker(client, 60)
+            await_restarted_worker(client, 120)
             for i in range(3):
                 one_request(client, i)
             assert 'vkact_errors_total{code="500"}' not in client.get("/metrics").text
@@ -134,11 +133,10 @@ def _stopped_while_starting(server) -> int:
             if client.get("/health/ready").status_code == 503:
                 return new
             os.kill(new, signal.SIGCONT)
-            await_restarted_worker(client, 60)
+            await_restarted_worker(client, 120)
     raise AssertionError("the restarted worker was always ready before it could be stopped")
 
 
-@pytest.mark.timeout(180)
 def test_a_worker_hung_while_starting_is_killed_and_started_again():
     """A device worker that never reports ready (stopped here; a driver hung in device creation) was
     waited for forever: readiness 503 for good. Past worker_start_timeout_s it is killed and replaced."""
