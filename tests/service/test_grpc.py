@@ -4,6 +4,7 @@ health service. Results are checked against the operators' numpy references, met
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Iterator
 
@@ -395,13 +396,19 @@ def test_a_server_without_its_device_answers_unavailable():
     proc = subprocess.Popen([sys.executable, "-m", "service", "--port", str(http_port), "--log-level", "critical", "--no-supervise"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        client = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}")
-        for _ in range(300):  # until the gRPC server listens
+        # Until the gRPC port listens, by a plain connect: a gRPC channel refused early backs off (1 s, 1.6 s,
+        # ... growing), and grpcio shares its subchannels by address across channels, so one to a port an
+        # earlier test's server had used may still be backing off; CI's full run saw it refused 30 s long.
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, f"the server exited with {proc.returncode}"
             try:
-                if client.is_server_live():
-                    break
-            except InferenceServerException:
+                socket.create_connection(("127.0.0.1", grpc_port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the gRPC port never listened"
                 time.sleep(0.1)
+        client = tg.InferenceServerClient(f"127.0.0.1:{grpc_port}", channel_args=[("grpc.use_local_subchannel_pool", 1)])
         assert client.is_server_live() and not client.is_server_ready() and not client.is_model_ready("relu")
         status, message = code_of(lambda: client.infer("relu", grpc_inputs({"InputTensor": np.ones(4, np.float32)})))
         assert status == "StatusCode.UNAVAILABLE" and "not ready" in message
