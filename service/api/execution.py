@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -93,38 +93,35 @@ async def read_body(request: Request, limit: int, claim: Claim | None = None, ch
     # one grown chunk by chunk, would spend tens of milliseconds on the event loop for a large body.
     body = np.empty(int(declared) if declared is not None else 1 << 16, np.uint8)
     filled = 0
-    while message["type"] == "http.request":
-        chunk = message.get("body", b"")
+    async for chunk in _body_chunks(request, message, limit, claim):
         end = filled + len(chunk)
-        if end > limit:
-            raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
-        if claim is not None:
-            claim.grow(len(chunk))  # 503 once the requests in flight hold the budget: the rest is not read
         if end > body.nbytes:  # chunked transfer: grow geometrically
             body = np.concatenate((body[:filled], np.empty(max(end, 2 * body.nbytes) - filled, np.uint8)))
         body[filled:end] = np.frombuffer(chunk, np.uint8)
         filled = end
-        if not message.get("more_body", False):
-            return memoryview(body[:filled])
-        message = await request.receive()
-    raise ClientDisconnect()
+    return memoryview(body[:filled])
 
 
 async def _read_chunks(request: Request, message: Message, limit: int, claim: Claim | None) -> Chunks:
     """read_body's chunks from ``message`` (the first) on, kept as they came: no copy on the event loop."""
-    received: list[bytes] = []
-    filled = 0
+    return Chunks([chunk async for chunk in _body_chunks(request, message, limit, claim) if chunk])
+
+
+async def _body_chunks(request: Request, message: Message, limit: int, claim: Claim | None) -> AsyncIterator[bytes]:
+    """The chunks of a body that arrives in several, from ``message`` (the first) on, each checked against
+    ``limit`` (the body in all) and charged to ``claim`` before it is handed on; ClientDisconnect when the
+    client goes before the last."""
+    total = 0
     while message["type"] == "http.request":
         chunk = message.get("body", b"")
-        filled += len(chunk)
-        if filled > limit:
+        total += len(chunk)
+        if total > limit:
             raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
         if claim is not None:
             claim.grow(len(chunk))  # 503 once the requests in flight hold the budget: the rest is not read
-        if chunk:
-            received.append(chunk)
+        yield chunk
         if not message.get("more_body", False):
-            return Chunks(received)
+            return
         message = await request.receive()
     raise ClientDisconnect()
 
