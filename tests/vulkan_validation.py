@@ -105,7 +105,9 @@ _log: ValidationLog | None = None
 def pytest_configure(config: pytest.Config) -> None:
     global _log
     if ENABLED and _log is None:
-        if not any(Path(d, "VkLayer_khronos_validation.json").is_file() for d in LAYER_DIRS):
+        # the loader also reads VK_LAYER_PATH / VK_ADD_LAYER_PATH (scripts/gpu-run.sh unpacks the layer under /tmp)
+        extra = [d for var in ("VK_LAYER_PATH", "VK_ADD_LAYER_PATH") for d in os.environ.get(var, "").split(":") if d]
+        if not any(Path(d, "VkLayer_khronos_validation.json").is_file() for d in (*extra, *LAYER_DIRS)):
             raise pytest.UsageError("VKACT_VALIDATION=1 needs the Khronos validation layer: apt-get install vulkan-validationlayers")
         _log = ValidationLog()
 
