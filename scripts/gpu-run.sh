@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The whole GPU check in one command, on a host with Python 3.12 (PyTorch, numpy, pytest, pytest-xdist,
+# hypothesis, httpx, grpcio, protobuf), no network and no Vulkan loader: the device tool's machine.
+# Run from the repo root with .gpu/ (scripts/gpu-bundle.sh) beside it; everything it writes goes to $OUT
+# (at most 8 files: run.log, bench.log, RESULTS.md, engine-device.log, engine-host.log, service.log, junit.tgz).
+#   a. python -m bench --only gpu at 2^VKACT_GPU_LOG2 FLOAT32 elements (default 26): kernels against the copy
+#      shader and PyTorch CUDA; its section of bench/RESULTS.md
+#   b. tests/engine, glsl, descriptors, conformance in device memory under the Khronos validation layer
+#   c. the same in host memory
+#   d. tests/service, no validation
+# Each step under its own `timeout` (SIGINT first: pytest then prints its summary and writes its junit xml),
+# within VKACT_GPU_BUDGET_S seconds in all (default 390), in that order; a step with too little time left
+# is skipped and says so. The last lines are one summary line per step.
+# env: OUT (default /tmp/gpuout), PYTHON (default python3), VKACT_GPU_LOG2, VKACT_GPU_REPEAT (bench rounds,
+#      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/gpuout}
+mkdir -p "$OUT"
+# everything this script prints also goes to $OUT/run.log (a pipeline, so that it is whole when the script ends)
+if [[ -z ${VKACT_GPU_LOGGED:-} ]]; then
+  VKACT_GPU_LOGGED=1 OUT=$OUT bash "${BASH_SOURCE[0]}" "$@" 2>&1 | tee "$OUT/run.log"
+  exit "${PIPESTATUS[0]}"
+fi
+PY=${PYTHON:-python3}
+LOG2=${VKACT_GPU_LOG2:-26}
+REPEAT=${VKACT_GPU_REPEAT:-20}
+JOBS=${VKACT_GPU_JOBS:-8}
+BUDGET=${VKACT_GPU_BUDGET_S:-390}
+START=$SECONDS
+SITE=/tmp/vkact-site          # the bundle's wheels
+DEBROOT=/tmp/vkact-root       # the bundle's packages other than the loader (into / only the loader goes)
+step() { printf '\n==> [%3d s] %s\n' $((SECONDS - START)) "$*"; }
+
+# --- the bundle -------------------------------------------------------------------------------------------
+step "installing .gpu/"
+[[ -d .gpu/wheels ]] || { echo "gpu-run.sh: no .gpu/ (run scripts/gpu-bundle.sh where there is a network, carry .gpu)"; exit 2; }
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/wheels/*.whl \
+  || { echo "gpu-run.sh: pip could not install .gpu/wheels"; exit 2; }
+export PYTHONPATH=$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+cp .gpu/native/*.so service/native/
+mkdir -p .cache/spirv && cp .gpu/spirv/*.spv .cache/spirv/
+if ! ldconfig -p | grep -q 'libvulkan\.so\.1 '; then
+  dpkg -x .gpu/debs/libvulkan1_*.deb /     # the loader, as the device tool's README does it
+  ldconfig
+fi
+mkdir -p "$DEBROOT"
+for deb in .gpu/debs/*.deb; do [[ $deb == */libvulkan1_* ]] || dpkg -x "$deb" "$DEBROOT"; done
+export LD_LIBRARY_PATH=$DEBROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH=$DEBROOT/usr/bin:$PATH
+export VK_LAYER_PATH=$DEBROOT/usr/share/vulkan/explicit_layer.d
+# the loader's own search first; NVIDIA's ICD where the driver's folder holds it and no ICD is installed
+icds=$(compgen -G '/usr/share/vulkan/icd.d/*.json'; compgen -G '/etc/vulkan/icd.d/*.json'; compgen -G '/usr/local/share/vulkan/icd.d/*.json') || true
+NVIDIA_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [[ -z $icds && -z ${VK_DRIVER_FILES:-} && -f $NVIDIA_ICD ]]; then
+  export VK_DRIVER_FILES=$NVIDIA_ICD VK_ICD_FILENAMES=$NVIDIA_ICD
+fi
+echo "ICDs: ${icds//$'\n'/ } ${VK_DRIVER_FILES:+(VK_DRIVER_FILES=$VK_DRIVER_FILES)}"
+echo "VK_LAYER_PATH=$VK_LAYER_PATH glslang: $(command -v glslangValidator)"
+
+# --- facts ------------------------------------------------------------------------------------------------
+step "facts"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+"$PY" --version; uname -r; nproc
+timeout 60 "$PY" - <<'EOF'
+import dataclasses, json
+from service.device_tuning import tuning_for
+from service.vulkan_probe import physical_devices
+for d in physical_devices():
+    print(json.dumps(dataclasses.asdict(d)))
+    print("   tuning:", tuning_for(d))
+import kp
+print("kp:", kp.Manager().get_device_properties())
+from service.engine import Engine
+e = Engine()
+print(f"engine: {e.device.name} memory={e.memory} local_size={e.local_size} units/invocation={e.units_per_invocation} "
+      f"max_tensor_bytes={e.max_tensor_bytes} features={e.kernel_features}")
+e.close()
+import torch
+print("torch:", torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0))
+EOF
+echo "facts: rc=$?"
+
+# --- the steps --------------------------------------------------------------------------------------------
+SUMMARY=()
+# run NAME SECONDS LOGFILE COMMAND...: COMMAND under timeout (at most what is left of the budget), its output
+# in $OUT/LOGFILE and here; the summary line is pytest's last line, or the bench's rc.
+run() {
+  local name=$1 want=$2 log=$OUT/$3; shift 3
+  local left=$((BUDGET - (SECONDS - START)))
+  local limit=$((want < left ? want : left))
+  if ((limit < 20)); then
+    SUMMARY+=("$name: skipped, ${left} s left of the budget")
+    return
+  fi
+  step "$name (at most $limit s): $*"
+  local t0=$SECONDS
+  timeout -s INT -k 20 "$limit" "$@" >"$log" 2>&1
+  local rc=$?
+  tail -n 40 "$log"
+  local last
+  last=$(grep -E '(passed|failed|error|skipped|no tests ran).* in [0-9.]+s' "$log" | tail -n1)
+  SUMMARY+=("$name: rc $rc$( ((rc == 124)) && echo ' (timed out)'), $((SECONDS - t0)) s${last:+: $last}")
+}
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider -n "$JOBS")
+ENGINE_SUITE=(tests/engine tests/glsl tests/descriptors tests/conformance)
+mkdir -p "$OUT/junit.d"
+
+run "a bench gpu 2^$LOG2" 150 bench.log env PYTHONUNBUFFERED=1 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
+cp bench/RESULTS.md "$OUT/RESULTS.md"
+run "b engine, device memory, validation" 100 engine-device.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=device VKACT_MEMORY=device \
+  "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-device.xml" "${ENGINE_SUITE[@]}"
+run "c engine, host memory, validation" 80 engine-host.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host VKACT_MEMORY=host \
+  "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-host.xml" "${ENGINE_SUITE[@]}"
+run "d service" 120 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
+tar -czf "$OUT/junit.tgz" -C "$OUT" junit.d && rm -rf "$OUT/junit.d"
+
+step "summary ($((SECONDS - START)) s in all)"
+printf '%s\n' "${SUMMARY[@]}"
