@@ -63,23 +63,7 @@ echo "VK_LAYER_PATH=$VK_LAYER_PATH glslang: $(command -v glslangValidator)"
 step "facts"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
 "$PY" --version; uname -r; nproc
-timeout 60 "$PY" - <<'EOF'
-import dataclasses, json
-from service.device_tuning import tuning_for
-from service.vulkan_probe import physical_devices
-for d in physical_devices():
-    print(json.dumps(dataclasses.asdict(d)))
-    print("   tuning:", tuning_for(d))
-import kp
-print("kp:", kp.Manager().get_device_properties())
-from service.engine import Engine
-e = Engine()
-print(f"engine: {e.device.name} memory={e.memory} local_size={e.local_size} units/invocation={e.units_per_invocation} "
-      f"max_tensor_bytes={e.max_tensor_bytes} features={e.kernel_features}")
-e.close()
-import torch
-print("torch:", torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(0))
-EOF
+timeout 60 "$PY" scripts/gpu_facts.py
 echo "facts: rc=$?"
 
 # --- the steps --------------------------------------------------------------------------------------------

@@ -31,7 +31,10 @@ MARK_WAIT_S = 30.0      # how long a marker may take through the FIFO (subproces
 
 
 def _die_with_parent() -> None:
-    """In the drain's process before exec: Linux ends it when pytest ends, however pytest ends."""
+    """In the drain's process before exec: Linux ends it when pytest ends, however pytest ends; an interrupt
+    (Ctrl-C, `timeout -s INT`: sent to the whole process group) is left to pytest, which still reads the log
+    when it stops (an ignored signal stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
