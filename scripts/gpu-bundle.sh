@@ -24,6 +24,7 @@ done
 VPY=${VKACT_VENV:-$ROOT/.venv}/bin/python
 [[ -x $VPY ]] || { echo "gpu-bundle.sh: run make setup first (needs $VPY to compile the SPIR-V)" >&2; exit 1; }
 step() { printf '==> %s\n' "$*"; }
+source scripts/gpu-sources.sh
 GPU=$ROOT/.gpu
 rm -rf "$GPU"
 mkdir -p "$GPU"/{wheels,native,debs,spirv}
@@ -39,8 +40,9 @@ for p in manylinux_2_{5,17,24,27,28,31,34}_x86_64 manylinux2014_x86_64 manylinux
 # shellcheck disable=SC2086
 "$PY312" -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
   "${PLAT[@]}" -d "$GPU/wheels" $PINS 2>&1 | grep -v "^WARNING: Location" || true
-# Dependencies the image already holds (KINDS.md's list): theirs are used, one version of each.
-IMAGE_HAS='aiohappyeyeballs aiohttp aiosignal annotated_doc anyio attrs certifi charset_normalizer click frozenlist h11 httpcore httpx
+# Dependencies the image already holds (KINDS.md's list): theirs are used, one version of each (fastapi's tiny
+# annotated_doc and typing_extensions travel anyway: fastapi and pydantic need recent ones).
+IMAGE_HAS='aiohappyeyeballs aiohttp aiosignal anyio attrs certifi charset_normalizer click frozenlist h11 httpcore httpx
 idna iniconfig markupsafe ml_dtypes multidict numpy packaging pluggy propcache pygments pytest pyyaml setuptools six urllib3 yarl
 uvloop mpmath hypothesis sortedcontainers'
 for name in $IMAGE_HAS; do rm -f "$GPU/wheels/$name"-[0-9]*.whl; done
@@ -70,6 +72,9 @@ apt-get "${APT[@]}" -q update >/dev/null 2>&1 || echo "gpu-bundle.sh: apt-get up
 # --- every kernel's SPIR-V --------------------------------------------------------------------------------
 step "SPIR-V"
 VKACT_SPIRV_CACHE=$GPU/spirv "$VPY" -m service.shaders
+
+# what the bundle was built from: gpu-run.sh warns when the checkout it runs in differs (stale extensions or SPIR-V)
+sources_hash > "$GPU/SOURCES"
 
 du -sh "$GPU" "$GPU"/* | sed 's/^/    /'
 ls -la "$GPU/wheels" "$GPU/debs" | awk 'NF > 5 {print "    " $5, $NF}'

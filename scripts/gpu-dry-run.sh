@@ -18,7 +18,8 @@ if [[ ! -x $VENV/bin/python ]]; then
   "$PY312" -m venv "$VENV"
   # what gpu-bundle.sh leaves to the image (KINDS.md's package list), and the image's test plugins
   "$VENV/bin/python" -m pip install -q numpy pytest pytest-xdist hypothesis httpx grpcio protobuf anyio h11 httpcore idna \
-    certifi mpmath onnx onnxruntime uvloop ml-dtypes aiohttp packaging pyyaml sortedcontainers attrs urllib3 six setuptools click
+    certifi mpmath onnx onnxruntime uvloop ml-dtypes aiohttp packaging pyyaml sortedcontainers attrs urllib3 six setuptools click \
+    markupsafe charset-normalizer pygments
 fi
 rm -rf "$DRY/repo" && mkdir -p "$DRY/repo"
 git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -C "$DRY/repo" -xf -

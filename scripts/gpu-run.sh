@@ -39,6 +39,11 @@ step "installing .gpu/"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/wheels/*.whl \
   || { echo "gpu-run.sh: pip could not install .gpu/wheels"; exit 2; }
 export PYTHONPATH=$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+source scripts/gpu-sources.sh
+if [[ $(sources_hash) != "$(cat .gpu/SOURCES 2>/dev/null)" ]]; then
+  echo "gpu-run.sh: WARNING: .gpu/ was built from other sources (rerun scripts/gpu-bundle.sh): bundle vs here:"
+  diff <(cat .gpu/SOURCES 2>/dev/null) <(sources_hash)
+fi
 cp .gpu/native/*.so service/native/
 mkdir -p .cache/spirv && cp .gpu/spirv/*.spv .cache/spirv/
 if ! ldconfig -p | grep -q 'libvulkan\.so\.1 '; then
@@ -97,7 +102,7 @@ run "b engine, device memory, validation" 100 engine-device.log env VKACT_VALIDA
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-device.xml" "${ENGINE_SUITE[@]}"
 run "c engine, host memory, validation" 80 engine-host.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host VKACT_MEMORY=host \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-host.xml" "${ENGINE_SUITE[@]}"
-run "d service" 120 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
+run "d service" 300 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
 tar -czf "$OUT/junit.tgz" -C "$OUT" junit.d && rm -rf "$OUT/junit.d"
 
 step "summary ($((SECONDS - START)) s in all)"
