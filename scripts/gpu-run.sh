@@ -12,7 +12,8 @@
 # within VKACT_GPU_BUDGET_S seconds in all (default 390), in that order; a step with too little time left
 # is skipped and says so. The last lines are one summary line per step.
 # env: OUT (default /tmp/gpuout), PYTHON (default python3), VKACT_GPU_LOG2, VKACT_GPU_REPEAT (bench rounds,
-#      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S
+#      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S, VKACT_GPU_STEPS (default
+#      a,b,c,d: a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -28,6 +29,8 @@ LOG2=${VKACT_GPU_LOG2:-26}
 REPEAT=${VKACT_GPU_REPEAT:-20}
 JOBS=${VKACT_GPU_JOBS:-8}
 BUDGET=${VKACT_GPU_BUDGET_S:-390}
+WIND_DOWN=15                  # seconds an interrupted step may take to stop (pytest's summary); then SIGKILL
+STEPS=${VKACT_GPU_STEPS:-a,b,c,d}
 START=$SECONDS
 SITE=/tmp/vkact-site          # the bundle's wheels
 DEBROOT=/tmp/vkact-root       # the bundle's packages other than the loader (into / only the loader goes)
@@ -77,7 +80,11 @@ SUMMARY=()
 # in $OUT/LOGFILE and here; the summary line is pytest's last line, or the bench's rc.
 run() {
   local name=$1 want=$2 log=$OUT/$3; shift 3
-  local left=$((BUDGET - (SECONDS - START)))
+  if [[ ,$STEPS, != *,${name%% *},* ]]; then
+    SUMMARY+=("$name: not asked for (VKACT_GPU_STEPS=$STEPS)")
+    return
+  fi
+  local left=$((BUDGET - (SECONDS - START) - WIND_DOWN))
   local limit=$((want < left ? want : left))
   if ((limit < 20)); then
     SUMMARY+=("$name: skipped, ${left} s left of the budget")
@@ -85,19 +92,20 @@ run() {
   fi
   step "$name (at most $limit s): $*"
   local t0=$SECONDS
-  timeout -s INT -k 20 "$limit" "$@" >"$log" 2>&1
+  timeout -s INT -k "$WIND_DOWN" "$limit" "$@" >"$log" 2>&1
   local rc=$?
   tail -n 40 "$log"
   local last
   last=$(grep -E '(passed|failed|error|skipped|no tests ran).* in [0-9.]+s' "$log" | tail -n1)
   SUMMARY+=("$name: rc $rc$( ((rc == 124)) && echo ' (timed out)'), $((SECONDS - t0)) s${last:+: $last}")
 }
-PYTEST=("$PY" -m pytest -q -p no:cacheprovider -n "$JOBS")
+# shellcheck disable=SC2206
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider -n "$JOBS" ${VKACT_GPU_PYTEST_ARGS:-})
 ENGINE_SUITE=(tests/engine tests/glsl tests/descriptors tests/conformance)
 mkdir -p "$OUT/junit.d"
 
 run "a bench gpu 2^$LOG2" 150 bench.log env PYTHONUNBUFFERED=1 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
-cp bench/RESULTS.md "$OUT/RESULTS.md"
+[[ ,$STEPS, == *,a,* ]] && cp bench/RESULTS.md "$OUT/RESULTS.md"
 run "b engine, device memory, validation" 100 engine-device.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=device VKACT_MEMORY=device \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-device.xml" "${ENGINE_SUITE[@]}"
 run "c engine, host memory, validation" 80 engine-host.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host VKACT_MEMORY=host \
