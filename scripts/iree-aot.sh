@@ -8,14 +8,15 @@
 #
 # usage: scripts/iree-aot.sh [DEST]   (default .gpu, ignored by git)
 # env:   PY=python with the bench extra (default .venv/bin/python; installs '.[bench]' where the compiler is missing)
-#        LOG2="24"       sizes, as powers of two: the modules have static shapes, one size each
+#        LOG2="24 26"    sizes, as powers of two: the modules have static shapes, one size each (2^24 as on
+#                        lavapipe; 2^26, scripts/gpu-run.sh's default size)
 #        TARGET=ampere   --iree-vulkan-target (IREE's Vulkan targets stop at Ampere; Hopper has all its features)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEST=${1:-.gpu}
 PY=${PY:-.venv/bin/python}
-LOG2=${LOG2:-24}
+LOG2=${LOG2:-24 26}
 TARGET=${TARGET:-ampere}
 
 "$PY" -c 'import iree.compiler' 2>/dev/null || "$PY" -m pip install -q -e '.[service,test,bench]'
