@@ -255,6 +255,19 @@ def run_accuracy(args: argparse.Namespace) -> None:
     engine.close()
 
 
+def _iree_graphs(device_name: str) -> str:
+    """The graphs section's IREE line: what ran, or why its column is empty."""
+    from . import iree_aot, iree_peer
+
+    v = iree_peer.version()
+    if v is None:
+        return (f"not installed (make bench installs it: pip install -e '.[bench]'; without the compiler, {iree_aot.ENV} "
+                "names a folder of modules compiled ahead of time: python -m bench.iree_aot)")
+    if iree_peer.device(device_name) is None:
+        return f"{v}; not compared: its Vulkan driver does not see {device_name} (it sees {iree_peer.devices()})"
+    return v
+
+
 def run_graphs(args: argparse.Namespace) -> None:
     from . import graphs, iree_peer
 
@@ -272,7 +285,7 @@ def run_graphs(args: argparse.Namespace) -> None:
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("Machine", f"{_machine()}; 1-minute load average {os.getloadavg()[0]:.1f} at the end (the CPUs are shared: medians of {args.repeat} interleaved rounds after {WARMUP} warm-up rounds)"),
         ("Device", f"{d.name}; driver {d.driver_name} {d.driver_info}; tensors in {engine.memory} memory"),
-        ("IREE", iree_peer.version() or "not installed (make bench installs it: pip install -e '.[bench]')"),
+        ("IREE", _iree_graphs(d.name)),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
     ]
     _write(args.out, d.name, graphs.section(d.name, header, log2, results, exact), "graphs")
