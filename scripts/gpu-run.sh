@@ -2,18 +2,21 @@
 # The whole GPU check in one command, on a host with Python 3.12 (PyTorch, numpy, pytest, pytest-xdist,
 # hypothesis, httpx, grpcio, protobuf), no network and no Vulkan loader: the device tool's machine.
 # Run from the repo root with .gpu/ (scripts/gpu-bundle.sh) beside it; everything it writes goes to $OUT
-# (at most 8 files: run.log, bench.log, RESULTS.md, engine-device.log, engine-host.log, service.log, junit.tgz).
+# (run.log, bench.log, graphs.log, tuning.log, RESULTS.md, and logs.tgz: the test steps' logs and junit files).
 #   a. python -m bench --only gpu at 2^VKACT_GPU_LOG2 FLOAT32 elements (default 26): kernels against the copy
 #      shader and PyTorch CUDA; its section of bench/RESULTS.md
+#   e. python -m bench --only graphs at 2^24 (issue 18's chains), IREE from the modules compiled ahead of time
+#      (.gpu/iree, scripts/iree-aot.sh), run with iree-base-runtime alone
+#   f. python -m bench.gpu_tuning: workgroup size x units per invocation, host against device memory
 #   b. tests/engine, glsl, descriptors, conformance in device memory under the Khronos validation layer
 #   c. the same in host memory
 #   d. tests/service, no validation
 # Each step under its own `timeout` (SIGINT first: pytest then prints its summary and writes its junit xml),
-# within VKACT_GPU_BUDGET_S seconds in all (default 390), in that order; a step with too little time left
+# within VKACT_GPU_BUDGET_S seconds in all (default 480), in that order; a step with too little time left
 # is skipped and says so. The last lines are one summary line per step.
 # env: OUT (default /tmp/gpuout), PYTHON (default python3), VKACT_GPU_LOG2, VKACT_GPU_REPEAT (bench rounds,
 #      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S, VKACT_GPU_STEPS (default
-#      a,b,c,d: a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
+#      a,e,f,b,c,d: a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -28,9 +31,9 @@ PY=${PYTHON:-python3}
 LOG2=${VKACT_GPU_LOG2:-26}
 REPEAT=${VKACT_GPU_REPEAT:-20}
 JOBS=${VKACT_GPU_JOBS:-8}
-BUDGET=${VKACT_GPU_BUDGET_S:-390}
+BUDGET=${VKACT_GPU_BUDGET_S:-480}
 WIND_DOWN=15                  # seconds an interrupted step may take to stop (pytest's summary); then SIGKILL
-STEPS=${VKACT_GPU_STEPS:-a,b,c,d}
+STEPS=${VKACT_GPU_STEPS:-a,e,f,b,c,d}
 START=$SECONDS
 SITE=/tmp/vkact-site          # the bundle's wheels
 DEBROOT=/tmp/vkact-root       # the bundle's packages other than the loader (into / only the loader goes)
@@ -105,13 +108,17 @@ ENGINE_SUITE=(tests/engine tests/glsl tests/descriptors tests/conformance)
 mkdir -p "$OUT/junit.d"
 
 run "a bench gpu 2^$LOG2" 150 bench.log env PYTHONUNBUFFERED=1 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
-[[ ,$STEPS, == *,a,* ]] && cp bench/RESULTS.md "$OUT/RESULTS.md"
+run "e bench graphs 2^24" 90 graphs.log env PYTHONUNBUFFERED=1 VKACT_IREE_AOT=.gpu/iree "$PY" -m bench --only graphs --sizes 24 --repeat 5
+run "f tuning sweep 2^$LOG2" 60 tuning.log env PYTHONUNBUFFERED=1 "$PY" -m bench.gpu_tuning --log2 "$LOG2" --repeat 10
+[[ ,$STEPS, == *,a,* || ,$STEPS, == *,e,* ]] && cp bench/RESULTS.md "$OUT/RESULTS.md"
 run "b engine, device memory, validation" 100 engine-device.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=device VKACT_MEMORY=device \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-device.xml" "${ENGINE_SUITE[@]}"
 run "c engine, host memory, validation" 80 engine-host.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host VKACT_MEMORY=host \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-host.xml" "${ENGINE_SUITE[@]}"
 run "d service" 300 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
-tar -czf "$OUT/junit.tgz" -C "$OUT" junit.d && rm -rf "$OUT/junit.d"
+# at most 8 files come back: the test logs travel with their junit files
+(cd "$OUT" && tar -czf logs.tgz junit.d $(ls engine-device.log engine-host.log service.log 2>/dev/null) \
+  && rm -rf junit.d engine-device.log engine-host.log service.log)
 
 step "summary ($((SECONDS - START)) s in all)"
 printf '%s\n' "${SUMMARY[@]}"
