@@ -12,11 +12,11 @@
 #   c. the same in host memory
 #   d. tests/service, no validation
 # Each step under its own `timeout` (SIGINT first: pytest then prints its summary and writes its junit xml),
-# within VKACT_GPU_BUDGET_S seconds in all (default 480), in that order; a step with too little time left
+# within VKACT_GPU_BUDGET_S seconds in all (default 400), in that order; a step with too little time left
 # is skipped and says so. The last lines are one summary line per step.
 # env: OUT (default /tmp/gpuout), PYTHON (default python3), VKACT_GPU_LOG2, VKACT_GPU_REPEAT (bench rounds,
 #      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S, VKACT_GPU_STEPS (default
-#      a,e,f,b,c,d: a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
+#      a,b,e,c,f,d: steps run in this order; a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -31,9 +31,9 @@ PY=${PYTHON:-python3}
 LOG2=${VKACT_GPU_LOG2:-26}
 REPEAT=${VKACT_GPU_REPEAT:-20}
 JOBS=${VKACT_GPU_JOBS:-8}
-BUDGET=${VKACT_GPU_BUDGET_S:-480}
+BUDGET=${VKACT_GPU_BUDGET_S:-400}
 WIND_DOWN=15                  # seconds an interrupted step may take to stop (pytest's summary); then SIGKILL
-STEPS=${VKACT_GPU_STEPS:-a,e,f,b,c,d}
+STEPS=${VKACT_GPU_STEPS:-a,b,e,c,f,d}
 START=$SECONDS
 SITE=/tmp/vkact-site          # the bundle's wheels
 DEBROOT=/tmp/vkact-root       # the bundle's packages other than the loader (into / only the loader goes)
@@ -52,22 +52,37 @@ if [[ $(sources_hash) != "$(cat .gpu/SOURCES 2>/dev/null)" ]]; then
 fi
 cp .gpu/native/*.so service/native/
 mkdir -p .cache/spirv && cp .gpu/spirv/*.spv .cache/spirv/
-if ! ldconfig -p | grep -q 'libvulkan\.so\.1 '; then
-  dpkg -x .gpu/debs/libvulkan1_*.deb /     # the loader, as the device tool's README does it
-  ldconfig
-fi
+# the loader and GLVND (NVIDIA's Vulkan ICD is libGLX_nvidia: it needs libGLdispatch and friends) go into /,
+# as the device tool's README does it; their X11 dependencies and everything else into $DEBROOT
+for deb in .gpu/debs/libvulkan1_*.deb .gpu/debs/gl/lib{egl1,glvnd0,opengl0,gl1,glx0,gles2}_*.deb; do
+  [[ -f $deb ]] && dpkg -x "$deb" /
+done
+ldconfig
 mkdir -p "$DEBROOT"
-for deb in .gpu/debs/*.deb; do [[ $deb == */libvulkan1_* ]] || dpkg -x "$deb" "$DEBROOT"; done
+for deb in .gpu/debs/*.deb .gpu/debs/gl/*.deb; do dpkg -x "$deb" "$DEBROOT"; done
 export LD_LIBRARY_PATH=$DEBROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$DEBROOT/usr/bin:$PATH
 export VK_LAYER_PATH=$DEBROOT/usr/share/vulkan/explicit_layer.d
-# the loader's own search first; NVIDIA's ICD where the driver's folder holds it and no ICD is installed
-icds=$(compgen -G '/usr/share/vulkan/icd.d/*.json'; compgen -G '/etc/vulkan/icd.d/*.json'; compgen -G '/usr/local/share/vulkan/icd.d/*.json') || true
-NVIDIA_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [[ -z $icds && -z ${VK_DRIVER_FILES:-} && -f $NVIDIA_ICD ]]; then
-  export VK_DRIVER_FILES=$NVIDIA_ICD VK_ICD_FILENAMES=$NVIDIA_ICD
+# a GPU must be seen before anything is measured: the loader's own search, then each NVIDIA ICD file named
+vk_gpu() { timeout 30 "$PY" -c 'from service.vulkan_probe import physical_devices as p; d = p(); print(d); raise SystemExit(not any(x.type != "cpu" for x in d))'; }
+NV_DIR=/usr/local/nvidia/share
+found=
+for icd in "" $NV_DIR/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
+  [[ -n $icd && ! -f $icd ]] && continue
+  if [[ -n $icd ]]; then
+    export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
+    [[ -f $NV_DIR/glvnd/egl_vendor.d/10_nvidia.json ]] && export __EGL_VENDOR_LIBRARY_FILENAMES=$NV_DIR/glvnd/egl_vendor.d/10_nvidia.json
+  fi
+  echo "Vulkan with ICD ${icd:-(the loader's search)}:"
+  if vk_gpu; then found=1; break; fi
+done
+if [[ -z $found ]]; then
+  echo "gpu-run.sh: no Vulkan GPU seen; the loader's account of the last try:"
+  VK_LOADER_DEBUG=error,warn,driver vk_gpu 2>&1 | tail -n 40
+  for f in $NV_DIR/vulkan/icd.d/*.json /usr/share/vulkan/icd.d/*.json; do [[ -f $f ]] && { echo "$f:"; cat "$f"; }; done
+  ls -la /usr/local/nvidia/lib64 2>/dev/null | head -n 40
+  exit 3
 fi
-echo "ICDs: ${icds//$'\n'/ } ${VK_DRIVER_FILES:+(VK_DRIVER_FILES=$VK_DRIVER_FILES)}"
 echo "VK_LAYER_PATH=$VK_LAYER_PATH glslang: $(command -v glslangValidator)"
 
 # --- facts ------------------------------------------------------------------------------------------------
@@ -107,14 +122,14 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider -n "$JOBS" ${VKACT_GPU_PYTEST_ARG
 ENGINE_SUITE=(tests/engine tests/glsl tests/descriptors tests/conformance)
 mkdir -p "$OUT/junit.d"
 
-run "a bench gpu 2^$LOG2" 150 bench.log env PYTHONUNBUFFERED=1 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
-run "e bench graphs 2^24" 90 graphs.log env PYTHONUNBUFFERED=1 VKACT_IREE_AOT=.gpu/iree "$PY" -m bench --only graphs --sizes 24 --repeat 5
-run "f tuning sweep 2^$LOG2" 60 tuning.log env PYTHONUNBUFFERED=1 "$PY" -m bench.gpu_tuning --log2 "$LOG2" --repeat 10
-[[ ,$STEPS, == *,a,* || ,$STEPS, == *,e,* ]] && cp bench/RESULTS.md "$OUT/RESULTS.md"
-run "b engine, device memory, validation" 100 engine-device.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=device VKACT_MEMORY=device \
+run "a bench gpu 2^$LOG2" 100 bench.log env PYTHONUNBUFFERED=1 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
+run "b engine, device memory, validation" 90 engine-device.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=device VKACT_MEMORY=device \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-device.xml" "${ENGINE_SUITE[@]}"
-run "c engine, host memory, validation" 80 engine-host.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host VKACT_MEMORY=host \
+run "e bench graphs 2^24" 60 graphs.log env PYTHONUNBUFFERED=1 VKACT_IREE_AOT=.gpu/iree "$PY" -m bench --only graphs --sizes 24 --repeat 5
+[[ -f bench/RESULTS.md ]] && cp bench/RESULTS.md "$OUT/RESULTS.md"
+run "c engine, host memory, validation" 70 engine-host.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host VKACT_MEMORY=host \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-host.xml" "${ENGINE_SUITE[@]}"
+run "f tuning sweep 2^$LOG2" 40 tuning.log env PYTHONUNBUFFERED=1 "$PY" -m bench.gpu_tuning --log2 "$LOG2" --repeat 10
 run "d service" 300 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
 # at most 8 files come back: the test logs travel with their junit files
 (cd "$OUT" && tar -czf logs.tgz junit.d $(ls engine-device.log engine-host.log service.log 2>/dev/null) \
