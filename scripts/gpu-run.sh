@@ -73,7 +73,7 @@ for icd in "" $NV_DIR/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidi
     export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
     [[ -f $NV_DIR/glvnd/egl_vendor.d/10_nvidia.json ]] && export __EGL_VENDOR_LIBRARY_FILENAMES=$NV_DIR/glvnd/egl_vendor.d/10_nvidia.json
   fi
-  echo "Vulkan with ICD ${icd:-(the loader's search)}:"
+  echo "Vulkan with ICD ${icd:-(the loader search)}:"
   if vk_gpu; then found=1; break; fi
 done
 if [[ -z $found ]]; then
