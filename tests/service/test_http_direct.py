@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -89,10 +90,10 @@ def answers(data: bytes) -> list[tuple[int, dict[str, str], bytes]]:
 
 
 class Harness:
-    def __init__(self, worker=None) -> None:
+    def __init__(self, worker=None, access_log: bool = False) -> None:
         self.app = create_app()
         self.app.runtime.worker = worker or EchoWorker()
-        self.config = Config(self.app, access_log=False, log_level="warning")
+        self.config = Config(self.app, access_log=access_log, log_config=None)  # uvicorn leaves logging as it is
         self.config.load()
 
     def connect(self, direct: bool = True) -> tuple[NativeHttpProtocol, Transport]:
@@ -233,6 +234,28 @@ def test_a_timeout_on_the_direct_path_is_504():
     assert harness.stats().nv_inference_request_failure == 1
 
 
+def test_a_v1_header_whose_first_job_failed_is_answered_directly_once_one_succeeds():
+    """/v1 caches a binary header before its job runs and builds the answer's head with the first answer:
+    the direct path may meet the header before any answer was built."""
+    async def run():
+        worker = Failing()
+        harness = Harness(worker)
+        harness.app.runtime.deadlines = Deadlines(0.05)
+        proto, transport = harness.connect()
+        worker.fail = 60.0
+        proto.data_received(V1)
+        await settle(proto)
+        worker.fail = None
+        proto.data_received(V1)
+        await settle(proto)
+        return type(proto.cycle) is DirectCycle, answers(transport.written)
+
+    direct, got = asyncio.run(run())
+    assert direct
+    assert [status for status, _, _ in got] == [504, 200]
+    assert got[1][2].endswith(x.tobytes()) and json.loads(got[1][2][: int(got[1][1][HEADER_LENGTH.lower()])])["Operator"]
+
+
 def test_a_departing_client_cancels_its_queued_job_and_gets_no_answer():
     started, cancelled = [], []
 
@@ -292,3 +315,33 @@ def test_requests_the_direct_path_leaves_to_the_route(extra):
         assert got[1][1]["x-request-id"] == "caller-7"
     if "Accept-Encoding" in extra:
         assert got[1][1]["content-encoding"] == "gzip"
+
+
+def test_with_the_access_log_on_every_request_is_logged_on_uvicorns_cycle():
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    async def run():
+        harness = Harness(access_log=True)
+        access = logging.getLogger("uvicorn.access")
+        handler, level = Lines(), access.level
+        access.addHandler(handler)
+        access.setLevel(logging.INFO)
+        try:
+            proto, transport = harness.connect()
+            kinds = []
+            for _ in range(2):
+                proto.data_received(V2)
+                await settle(proto)
+                kinds.append(type(proto.cycle) is DirectCycle)
+        finally:
+            access.removeHandler(handler)
+            access.setLevel(level)
+        return kinds, answers(transport.written)
+
+    kinds, got = asyncio.run(run())
+    assert kinds == [False, False] and [status for status, _, _ in got] == [200, 200]
+    assert sum("/v2/models/identity/infer" in line for line in lines) == 2
