@@ -75,7 +75,7 @@ class DirectCycle:
     and set, and ``run_asgi(app)``, which uvicorn's _start_asgi_task runs as the request's task."""
 
     __slots__ = ("proto", "path", "raw_path", "headers", "body", "transport", "flow", "default_headers", "keep_alive", "on_response",
-                 "disconnected", "response_started", "response_complete", "waiting_for_100_continue", "access_log", "route")
+                 "disconnected", "response_started", "response_complete", "waiting_for_100_continue", "route")
     message_event = _NoEvent
 
     def __init__(self, proto: NativeHttpProtocol, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
@@ -85,7 +85,6 @@ class DirectCycle:
         self.default_headers = proto.server_state.default_headers
         self.keep_alive, self.on_response, self.route = keep_alive, proto.on_response_complete, route
         self.disconnected = self.response_started = self.response_complete = self.waiting_for_100_continue = False
-        self.access_log = False
 
     def run_asgi(self, app: hot_routes.VkactApp) -> Coroutine[Any, Any, None]:
         return self._serve(app)
