@@ -57,7 +57,8 @@ def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | N
     header_length = None
     for name, value in headers:
         if name == b"inference-header-content-length":
-            header_length = value
+            if header_length is None:  # the first, as the route reads it (Starlette's Headers.get)
+                header_length = value
         elif name == b"content-encoding" or name == b"x-request-id":
             return None
         elif name == b"accept-encoding" and handler in _V2 and choose_encoding(value.decode("latin-1")) is not None:

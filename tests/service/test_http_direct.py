@@ -345,3 +345,25 @@ def test_with_the_access_log_on_every_request_is_logged_on_uvicorns_cycle():
     kinds, got = asyncio.run(run())
     assert kinds == [False, False] and [status for status, _, _ in got] == [200, 200]
     assert sum("/v2/models/identity/infer" in line for line in lines) == 2
+
+
+def test_a_repeated_header_length_is_read_as_the_route_reads_it():
+    """Two Inference-Header-Content-Length headers, a wrong one first: the first counts, on the direct path
+    as on the route (a 400), though the second would split the body as a cached header."""
+    async def run():
+        got = {}
+        for direct in (True, False):
+            harness = Harness()
+            proto, transport = harness.connect(direct)
+            proto.data_received(V2)
+            await settle(proto)
+            body = V2_HEAD + x.tobytes()
+            head = (b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: vkact\r\n%s: 3\r\n%s: %d\r\nContent-Length: %d\r\n\r\n"
+                    % (HEADER_LENGTH.encode(), HEADER_LENGTH.encode(), len(V2_HEAD), len(body)))
+            proto.data_received(head + body)
+            await settle(proto)
+            got[direct] = comparable(answers(transport.written)[1])
+        return got
+
+    got = asyncio.run(run())
+    assert got[True] == got[False] and got[True][0] == 400 and json.loads(got[True][2])["error"]
