@@ -5,7 +5,7 @@ dies (slots.sweep_stale_files) and removed when it stops.
 A change takes an exclusive flock on a separate lock file, reads the document, writes a new file and
 renames it over the old one, so a full /dev/shm fails the change, never the document, and a reader (no
 lock) sees the old document or the new one whole. Readers reparse only when the file was replaced: an
-unchanged document costs one open and one fstat. Large texts (a graph model's config, up to 1 MiB) are
+unchanged document costs one stat. Large texts (a graph model's config, up to 1 MiB) are
 attachments beside it (``{path}.{token}``) that the document names, so a change never makes every
 process reparse them all on its event loop.
 """
@@ -44,19 +44,27 @@ class SharedFile(Generic[T]):
         self._value: T = empty()
 
     def current(self) -> T:
-        """The document, reparsed only when the file was replaced (a rename is atomic: no lock)."""
+        """The document, reparsed only when the file was replaced (a rename is atomic: no lock). An
+        unchanged file costs one stat (the device worker handle asks for a model's batching per queued job)."""
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            info = None
+        if info is None or (info.st_ino, info.st_mtime_ns, info.st_size) != self._seen:
+            self._reload()
+        return self._value
+
+    def _reload(self) -> None:
+        """Parse the file as it is now (perhaps replaced again since it was stat'ed: the one opened is kept)."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             if self._seen is not None:
                 self._seen, self._value = None, self._empty()
-            return self._value
+            return
         try:
             info = os.fstat(fd)
-            seen = (info.st_ino, info.st_mtime_ns, info.st_size)
-            if seen != self._seen:
-                self._value, self._seen = self._parse(fd, info.st_size), seen
-            return self._value
+            self._value, self._seen = self._parse(fd, info.st_size), (info.st_ino, info.st_mtime_ns, info.st_size)
         finally:
             os.close(fd)
 
