@@ -8,13 +8,20 @@ lock) sees the old document or the new one whole. Readers reparse only when the 
 unchanged document costs one stat. Large texts (a graph model's config, up to 1 MiB) are
 attachments beside it (``{path}.{token}``) that the document names, so a change never makes every
 process reparse them all on its event loop.
+
+A change runs in a thread (``in_thread``: the lock may wait on another process); a caller cancelled
+meanwhile (its client left, its deadline passed) abandons it unless its write has begun, and is
+answered only when the thread is done, so a cancelled change leaves nothing behind and nothing of it
+lands after a later change.
 """
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
@@ -22,6 +29,7 @@ from typing import Any, Generic, TypeVar
 from .errors import VkactError
 
 T = TypeVar("T")
+R = TypeVar("R")
 #: Hex digits of an attachment's token (slots._OWNED_NAME sweeps ``.json.`` and this many of them).
 ATTACHMENT_TOKEN = 16
 
@@ -30,6 +38,47 @@ class SharedFileWriteFailed(VkactError):
     """The document could not be written (no room in /dev/shm): nothing changed."""
 
     status = 507
+
+
+class Abandoned(Exception):
+    """The change's caller was cancelled before its write began: nothing was written."""
+
+
+class Commit:
+    """Whether a change handed to a thread is written: ``begin`` (under the file's lock, just before the
+    write) lets it go ahead unless the caller abandoned it first; one that began completes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abandoned = self._begun = False
+
+    def begin(self) -> None:
+        with self._lock:
+            if self._abandoned:
+                raise Abandoned
+            self._begun = True
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+
+
+async def in_thread(change: Callable[[Commit], R]) -> R:
+    """``change(commit)`` in a thread, off the event loop; it passes ``commit`` to ``SharedFile.changing``.
+    Cancelled before the write began, the change is abandoned (``change`` undoes what it did before,
+    as it does for any failure); cancelled after, it completes. Either way CancelledError comes only
+    once the thread is done: whoever changes the file next (a reload the caller's lock held back) comes
+    after it, never before."""
+    commit = Commit()
+    done = asyncio.ensure_future(asyncio.to_thread(change, commit))
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        commit.abandon()
+        await asyncio.wait([done])
+        if not done.cancelled():
+            done.exception()  # retrieved: Abandoned, or a failure nobody is left to hear
+        raise
 
 
 class SharedFile(Generic[T]):
@@ -85,9 +134,9 @@ class SharedFile(Generic[T]):
             os.close(fd)
 
     @contextmanager
-    def changing(self) -> Iterator[T]:
+    def changing(self, commit: Commit | None = None) -> Iterator[T]:
         """The document to change (parsed for the change), under the lock; written (a new file,
-        renamed) when the block ends without an exception."""
+        renamed) when the block ends without an exception and ``commit`` (see ``in_thread``) lets it."""
         try:
             lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:  # no inode left in /dev/shm
@@ -96,6 +145,8 @@ class SharedFile(Generic[T]):
             fcntl.flock(lock, fcntl.LOCK_EX)
             value = self._fresh()
             yield value
+            if commit is not None:
+                commit.begin()
             self._write(value)
         finally:
             os.close(lock)  # releases the lock

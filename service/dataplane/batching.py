@@ -11,12 +11,11 @@ the supervisor, as the graph models and the shared memory registrations are) and
 (a server started anew serves the models as configured, as Triton restarted serves its repository)."""
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
 from ..operators import OperatorDesc, short_name
-from ..shared_file import SharedFile
+from ..shared_file import Commit, SharedFile, in_thread
 from .models import MODELS
 
 
@@ -70,12 +69,12 @@ class ModelBatching:
 
     async def apply(self, op: type[OperatorDesc], batching: Batching | None) -> None:
         """Set ``op``'s batching for every process of the server (None: the service's again); the file's
-        lock and write run off the event loop. SharedFileWriteFailed (507) when /dev/shm is full: nothing
-        changed."""
-        await asyncio.to_thread(self._apply, op, batching)
+        lock and write run off the event loop, and a caller cancelled before the write changes nothing.
+        SharedFileWriteFailed (507) when /dev/shm is full: nothing changed."""
+        await in_thread(lambda commit: self._apply(op, batching, commit))
 
-    def _apply(self, op: type[OperatorDesc], batching: Batching | None) -> None:
-        with self._file.changing() as loaded:
+    def _apply(self, op: type[OperatorDesc], batching: Batching | None, commit: Commit) -> None:
+        with self._file.changing(commit) as loaded:
             if batching is None:
                 loaded.pop(op, None)
             else:
