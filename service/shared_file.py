@@ -73,11 +73,9 @@ async def in_thread(change: Callable[[Commit], R]) -> R:
     done = asyncio.ensure_future(asyncio.to_thread(change, commit))
     try:
         return await asyncio.shield(done)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:   # (shield marks what ``done`` raises, Abandoned or a failure, as retrieved)
         commit.abandon()
         await asyncio.wait([done])
-        if not done.cancelled():
-            done.exception()  # retrieved: Abandoned, or a failure nobody is left to hear
         raise
 
 
