@@ -21,7 +21,7 @@ KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PYBIND11_VERSION=3.1.0
 # Bump when the patches below change: a new wheel cache directory and a reinstall in every venv
 # (the wheel cache is shared, keyed by this name alone).
-KP_PATCH_LEVEL=vkact3
+KP_PATCH_LEVEL=vkact4
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -160,6 +160,49 @@ patches = {
                                           validExtensions.size(),
                                           validExtensions.data(),
                                           &enabledFeatures);
+"""),
+    ],
+    # (8) Host-visible memory (a host tensor, a device tensor's staging buffer) took the first type
+    #     that is HOST_VISIBLE|HOST_COHERENT. On a discrete GPU that is uncached, write-combined system
+    #     memory, which the CPU reads at a few GB/s: every answer copied out of it crawled (the first
+    #     run on an NVIDIA H200: Engine.execute moved 5 GB/s). A type that is also HOST_CACHED is taken
+    #     where the device has one; else the first as before (on lavapipe and SwiftShader their one
+    #     host-visible type is already cached: nothing changes there).
+    "src/Tensor.cpp": [
+        ("""    uint32_t memoryTypeIndex = -1;
+    bool memoryTypeIndexFound = false;
+    for (uint32_t i = 0; i < memoryProperties.memoryTypeCount; i++) {
+        if (memoryRequirements.memoryTypeBits & (1 << i)) {
+            if (((memoryProperties.memoryTypes[i]).propertyFlags &
+                 memoryPropertyFlags) == memoryPropertyFlags) {
+                memoryTypeIndex = i;
+                memoryTypeIndexFound = true;
+                break;
+            }
+        }
+    }
+""",
+         """    uint32_t memoryTypeIndex = -1;
+    bool memoryTypeIndexFound = false;
+    const bool hostVisible =
+      bool(memoryPropertyFlags & vk::MemoryPropertyFlagBits::eHostVisible);
+    for (int pass = hostVisible ? 0 : 1; pass < 2 && !memoryTypeIndexFound;
+         pass++) {
+        const vk::MemoryPropertyFlags wanted =
+          pass == 0 ? memoryPropertyFlags |
+                        vk::MemoryPropertyFlagBits::eHostCached
+                    : memoryPropertyFlags;
+        for (uint32_t i = 0; i < memoryProperties.memoryTypeCount; i++) {
+            if (memoryRequirements.memoryTypeBits & (1 << i)) {
+                if (((memoryProperties.memoryTypes[i]).propertyFlags &
+                     wanted) == wanted) {
+                    memoryTypeIndex = i;
+                    memoryTypeIndexFound = true;
+                    break;
+                }
+            }
+        }
+    }
 """),
     ],
 }
