@@ -21,7 +21,7 @@ KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PYBIND11_VERSION=3.1.0
 # Bump when the patches below change: a new wheel cache directory and a reinstall in every venv
 # (the wheel cache is shared, keyed by this name alone).
-KP_PATCH_LEVEL=vkact4
+KP_PATCH_LEVEL=vkact5
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -205,9 +205,35 @@ patches = {
     }
 """),
     ],
+    # (9) evalAwait slept in vkWaitForFences at once. KP_FENCE_SPIN_US (read once; default 0: unchanged)
+    #     polls the fence that many microseconds first: a driver whose blocking wait wakes late (a
+    #     question the first NVIDIA run raised: one dispatch's wall time far above its work) can be
+    #     measured with and without it (bench/gpu_diag.py) before any default uses it.
+    "src/Sequence.cpp#await": [
+        ("""    vk::Result result =
+      this->mDevice->waitForFences(1, &this->mFence, VK_TRUE, waitFor);
+""",
+         """    static const long spinUs = [] {
+        const char* value = std::getenv("KP_FENCE_SPIN_US");
+        return value ? std::strtol(value, nullptr, 10) : 0L;
+    }();
+    if (spinUs > 0) {
+        const auto until = std::chrono::steady_clock::now() +
+                           std::chrono::microseconds(spinUs);
+        while (this->mDevice->getFenceStatus(this->mFence) ==
+                 vk::Result::eNotReady &&
+               std::chrono::steady_clock::now() < until) {
+        }
+    }
+    vk::Result result =
+      this->mDevice->waitForFences(1, &this->mFence, VK_TRUE, waitFor);
+"""),
+        ("#include \"kompute/Sequence.hpp\"\n",
+         "#include \"kompute/Sequence.hpp\"\n\n#include <chrono>\n#include <cstdlib>\n"),
+    ],
 }
 for name, edits in patches.items():
-    path = src / name
+    path = src / name.split("#")[0]  # "file#what": a second group of edits to one file
     text = path.read_text()
     for old, new in edits:
         if text.count(old) != 1:

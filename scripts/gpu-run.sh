@@ -2,7 +2,9 @@
 # The whole GPU check in one command, on a host with Python 3.12 (PyTorch, numpy, pytest, pytest-xdist,
 # hypothesis, httpx, grpcio, protobuf), no network and no Vulkan loader: the device tool's machine.
 # Run from the repo root with .gpu/ (scripts/gpu-bundle.sh) beside it; everything it writes goes to $OUT
-# (run.log, bench.log, graphs.log, tuning.log, RESULTS.md, and logs.tgz: the test steps' logs and junit files).
+# (run.log, diag.log, diag-spin.log, bench.log, graphs.log, tuning.log, RESULTS.md, and logs.tgz: the test steps' logs and junit files).
+#   g. python -m bench.gpu_diag: one dispatch's wall time against ten in a command buffer and the GPU's timestamps
+#   h. the same with KP_FENCE_SPIN_US=1000 (kp patch 9: the fence polled before the blocking wait)
 #   a. python -m bench --only gpu at 2^VKACT_GPU_LOG2 FLOAT32 elements (default 26): kernels against the copy
 #      shader and PyTorch CUDA; its section of bench/RESULTS.md
 #   e. python -m bench --only graphs at 2^24 (issue 18's chains), IREE from the modules compiled ahead of time
@@ -16,7 +18,7 @@
 # is skipped and says so. The last lines are one summary line per step.
 # env: OUT (default /tmp/gpuout), PYTHON (default python3), VKACT_GPU_LOG2, VKACT_GPU_REPEAT (bench rounds,
 #      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S, VKACT_GPU_STEPS (default
-#      a,b,e,c,f,d: steps run in this order; a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
+#      g,h,a,b,e,c,f,d: steps run in this order; a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -33,7 +35,7 @@ REPEAT=${VKACT_GPU_REPEAT:-20}
 JOBS=${VKACT_GPU_JOBS:-8}
 BUDGET=${VKACT_GPU_BUDGET_S:-400}
 WIND_DOWN=15                  # seconds an interrupted step may take to stop (pytest's summary); then SIGKILL
-STEPS=${VKACT_GPU_STEPS:-a,b,e,c,f,d}
+STEPS=${VKACT_GPU_STEPS:-g,h,a,b,e,c,f,d}
 START=$SECONDS
 SITE=/tmp/vkact-site          # the bundle's wheels
 DEBROOT=/tmp/vkact-root       # the bundle's packages other than the loader (into / only the loader goes)
@@ -122,6 +124,8 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider -n "$JOBS" ${VKACT_GPU_PYTEST_ARG
 ENGINE_SUITE=(tests/engine tests/glsl tests/descriptors tests/conformance)
 mkdir -p "$OUT/junit.d"
 
+run "g dispatch diagnostics" 40 diag.log env PYTHONUNBUFFERED=1 "$PY" -m bench.gpu_diag
+run "h dispatch diagnostics, fence polled 1 ms first" 40 diag-spin.log env PYTHONUNBUFFERED=1 KP_FENCE_SPIN_US=1000 "$PY" -m bench.gpu_diag
 run "a bench gpu 2^$LOG2" 100 bench.log env PYTHONUNBUFFERED=1 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
 run "b engine, device memory, validation" 90 engine-device.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=device VKACT_MEMORY=device \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-device.xml" "${ENGINE_SUITE[@]}"
