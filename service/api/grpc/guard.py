@@ -25,6 +25,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from ...native import h2grpc
 from .status import CANCELLED  # a request the server gave up waiting for
 
 if TYPE_CHECKING:
@@ -73,7 +74,12 @@ class ConnectionGuard:
             if idle:
                 due = min(due, now + self.idle_timeout - idle)
         if conn.writing:  # while it is not, the connection is not read: its streams' pauses are not their own
-            stalled, next_due = session.reset_stalled(self.body_timeout, CANCELLED, self.message)
+            try:
+                stalled, next_due = session.reset_stalled(self.body_timeout, CANCELLED, self.message)
+            except h2grpc.H2Error as exc:  # nghttp2 failed (out of memory): the connection cannot go on
+                log.info("closing a gRPC connection: %r", exc)
+                transport.abort()
+                return
             if stalled:
                 log.info("reset %d gRPC streams whose requests paused for %s s", len(stalled), self.body_timeout)
                 conn.streams_reset(stalled)
