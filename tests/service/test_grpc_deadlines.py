@@ -20,7 +20,7 @@ from service.api.grpc.status import INTERNAL
 from service.api.grpc.transport import GrpcTransport, Route, Send
 from service.inflight import InflightBudget
 from tests.service.conftest import start_server, stop_server
-from tests.service.h2_client import H2Client, framed, unread_calls
+from tests.service.h2_client import PREFACE, H2Client, frame, framed, literal_headers, unread_calls
 from tests.service.test_grpc_transport import INFER, assert_serving, relu_request
 from tests.service.test_memory_bounds import until
 from tests.service.test_process_faults import gauge
@@ -96,6 +96,18 @@ def read_to_end(sock: socket.socket, seconds: float = 30) -> bytes:
     return data
 
 
+def read_until(sock: socket.socket, done: Callable[[list[tuple[int, int, bytes]]], bool], seconds: float = 30) -> list[tuple[int, int, bytes]]:
+    """The server's frames, read until ``done(frames)`` (or the connection's end, or ``seconds``)."""
+    sock.settimeout(seconds)
+    data = b""
+    while not done(frames(data)):
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return frames(data)
+
+
 def frames(data: bytes) -> list[tuple[int, int, bytes]]:
     """(type, stream id, payload) of each whole HTTP/2 frame in ``data`` (the server's side: no preface)."""
     out = []
@@ -107,12 +119,14 @@ def frames(data: bytes) -> list[tuple[int, int, bytes]]:
 
 
 def test_an_idle_connection_is_told_goaway_and_closed():
-    """idle_timeout 0.5 s: a connection that never sends a byte, and one that made a call and then only
-    PINGs (each answered), are told GOAWAY (NO_ERROR, the last stream it began) and closed; a call that
-    runs twice the idle limit is not cut by it."""
+    """idle_timeout 0.5 s: a connection that never sends a byte, one that stops inside a frame's header,
+    and one that made a call and then only PINGs (each answered), are told GOAWAY (NO_ERROR, the last
+    stream it began) and closed; a call that runs twice the idle limit is not cut by it."""
     with served(idle_timeout=0.5) as srv:
         host, port = srv.address.rsplit(":", 1)
         silent = socket.create_connection((host, int(port)))
+        cut = socket.create_connection((host, int(port)))
+        cut.sendall(PREFACE + frame(4, 0, 0, b"") + frame(1, 4, 1, b"x" * 20)[:5])
         pinger = H2Client(srv.address)
         try:
             assert pinger.call("/echo", b"e" * 40).status == "0"
@@ -121,12 +135,14 @@ def test_an_idle_connection_is_told_goaway_and_closed():
             assert pinger.pinging(lambda: pinger.closed), "a connection doing nothing but PINGs was kept open"
             assert pinger.pings_acked > 0  # the PINGs were read (and answered) all along
             assert pinger.goaway is not None and pinger.goaway.error_code == 0 and pinger.goaway.last_stream_id == 3
-            sent = frames(read_to_end(silent))
-            assert sent[0][0] == 4 and sent[-1][:2] == (7, 0), sent  # its SETTINGS, ..., GOAWAY, then the end
-            assert sent[-1][2][4:8] == b"\0\0\0\0"  # NO_ERROR
+            for sock in (silent, cut):
+                sent = frames(read_to_end(sock))
+                assert sent[0][0] == 4 and sent[-1][:2] == (7, 0), sent  # its SETTINGS, ..., GOAWAY, then the end
+                assert sent[-1][2][4:8] == b"\0\0\0\0"  # NO_ERROR
             assert srv.until(lambda: not srv.transport.connections)
         finally:
             silent.close()
+            cut.close()
             pinger.close()
 
 
@@ -134,8 +150,17 @@ def test_requests_that_stall_are_reset_and_give_back_what_they_held():
     """body_timeout 0.5 s, one connection sending only PINGs after: a message stopped mid-way (70 KB of
     100 KB), a call of headers alone, and a streaming call inside its second message are answered
     CANCELLED naming the setting and reset (NO_ERROR); the partial message leaves the budget and the
-    streaming call ends. A streaming call resting between messages is left alone, and goes on after."""
+    streaming call ends. A streaming call resting between messages is left alone, and goes on after.
+    A call whose HEADERS frame stops inside its header block is answered and reset too."""
     with served(body_timeout=0.5) as srv:
+        host, port = srv.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as cut:
+            block = literal_headers([(":method", "POST"), (":scheme", "http"), (":path", "/echo"), (":authority", "vkact"),
+                                     ("content-type", "application/grpc"), ("te", "trailers")])
+            cut.sendall(PREFACE + frame(4, 0, 0, b"") + frame(1, 4, 1, block)[:9 + len(block) // 2])
+            sent = read_until(cut, lambda got: (3, 1) in [(kind, sid) for kind, sid, _ in got])
+            assert [(kind, sid) for kind, sid, _ in sent if sid == 1] == [(1, 1), (3, 1)], sent  # its answer, then RST_STREAM
+            assert sent[-1][2] == b"\0\0\0\0"  # NO_ERROR
         with H2Client(srv.address) as client:
             half = client.start("/echo")
             client.send(half, framed(b"\1" * 100_000)[:70_000], end=False)
