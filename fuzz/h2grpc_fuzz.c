@@ -1,7 +1,7 @@
 /* libFuzzer target of service/native's h2grpc: one Session per input, fed the client preface and then
  * the input's bytes (in chunks whose size the input's last byte sets, so DATA and the 5-byte prefix split
- * at many places), answered as grpc_transport.py answers: each finished request through the Session's
- * Python methods (reply; finish with a status message far over the cap; send now and finish after the
+ * at many places), answered as service/api/grpc/transport.py answers: each finished request through
+ * the Session's Python methods (reply; finish with a status message far over the cap; send now and finish after the
  * connection's last byte, so answers wait on an empty queue; all of it later), GOAWAY when the first byte
  * is odd, every problem with its status, pending() after each read (up to a limit the input's second
  * byte sets: answers stay queued across reads; Session.answers checked after each), the stall guard's
@@ -68,7 +68,7 @@ static void call(PyObject *session, const char *method, const char *format, int 
     Py_DECREF(r);
 }
 
-/* Each event as grpc_transport.py's data_received meets it; LATER calls go to `later`. */
+/* Each event as transport.py's data_received meets it; LATER calls go to `later`. */
 static void answer(PyObject *session, PyObject *events, PyObject *later) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *e = PyList_GET_ITEM(events, i);

@@ -5,7 +5,7 @@
  * them, for a streaming route), answered with
  * messages and a grpc-status trailer (or a trailers-only HEADERS for an error before any message).
  *
- * Python owns the socket (an asyncio Protocol, service/api/grpc_transport.py):
+ * Python owns the socket (an asyncio Protocol, service/api/grpc/transport.py):
  *   events = session.receive(bytes)  -> [(stream_id, route, message, timeout, encoding), ...]
  *       one tuple per request stream the client has finished; route None: the client reset a stream
  *       it had sent whole (cancel its work); message None: the body is not one whole message, and
