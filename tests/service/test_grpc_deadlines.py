@@ -7,6 +7,7 @@ a generous timeout: behaviour is asserted, never a time."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -185,6 +186,29 @@ def test_requests_that_stall_are_reset_and_give_back_what_they_held():
             assert rested.status == "0" and rested.body == framed(b"first") + framed(b"fourth"), rested
             assert client.call("/echo", b"again").status == "0"  # the connection serves on
         assert srv.until(lambda: not srv.transport.connections and srv.budget.held == 0 and srv.transport.calls == 0)
+
+
+def test_a_closed_connection_whose_last_bytes_are_not_taken_is_aborted(caplog):
+    """idle_timeout 0.5 s, body_timeout 1 s: a client that sends 2,000 PINGs and reads none of their
+    acknowledgements (34 KB, under the transport's high-water mark, past the socket buffers made small)
+    is idle: told GOAWAY and closed. asyncio's close() would wait for ever for its client to take the
+    last bytes; one body timeout later it is aborted, and the connection is gone."""
+    caplog.set_level(logging.INFO, logger="vkact.grpc")
+    with served(idle_timeout=0.5, body_timeout=1.0) as srv:
+        host, port = srv.address.rsplit(":", 1)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        try:
+            sock.sendall(PREFACE + frame(4, 0, 0, b""))
+            assert srv.until(lambda: len(srv.transport.connections) == 1)
+            srv.on_loop(lambda: [c.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                                 for c in srv.transport.connections])
+            sock.sendall(b"".join(frame(6, 0, 0, i.to_bytes(8, "big")) for i in range(2000)))
+            assert srv.until(lambda: not srv.transport.connections)
+            assert "aborting a closed gRPC connection" in caplog.text, caplog.text
+        finally:
+            sock.close()
 
 
 @pytest.mark.parametrize("huge_window", [False, True], ids=["64KiB-window", "2GiB-window-unread-socket"])

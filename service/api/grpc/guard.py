@@ -12,7 +12,9 @@ stopping inside a message, or by never reading its answers.
   open call, bounded by the calls bound;
 - a client that does not read: a connection whose answers wait for it (queued behind its flow-control
   window, or its socket's buffer full) and that takes none of them for ``body_timeout`` seconds is
-  cut (aborted): its answers, partial messages and calls are given back as for any lost connection.
+  cut (aborted): its answers, partial messages and calls are given back as for any lost connection;
+  one closed (idle, or its session done) whose last bytes its client has not taken ``body_timeout``
+  seconds later is aborted too (asyncio's close() waits for them for ever).
 
 One timer per connection, re-armed only when it fires, at the earliest moment any of these could fall
 due, and at most the shorter timeout ahead, so a condition that begins between two checks is seen by the
@@ -42,6 +44,7 @@ class ConnectionGuard:
         self.idle_timeout, self.body_timeout = idle_timeout, body_timeout
         self.period = min(idle_timeout, body_timeout)
         self.message = f"the request paused for more than {body_timeout:g} s (VKACT_BODY_TIMEOUT_S)".encode()
+        self._closing_since: float | None = None  # when the connection was first seen closing
         self._timer: asyncio.TimerHandle | None = conn.loop.call_later(self.period, self._check)
 
     def stop(self) -> None:
@@ -53,9 +56,19 @@ class ConnectionGuard:
         self._timer = None
         conn = self.conn
         session, transport = conn.session, conn.transport
-        if session is None or transport is None or transport.is_closing():
+        if session is None or transport is None:
             return
         now = conn.loop.time()
+        if transport.is_closing():  # closed, its last bytes not yet taken: they get one body timeout
+            if self._closing_since is None:
+                self._closing_since = now
+            elif now - self._closing_since >= self.body_timeout - SLACK_S:
+                log.info("aborting a closed gRPC connection whose client took none of its last bytes for %.1f s",
+                         now - self._closing_since)
+                transport.abort()
+                return
+            self._timer = conn.loop.call_at(self._closing_since + self.body_timeout, self._check)
+            return
         due = now + self.period
         if conn.unread or not conn.writing:  # answers wait for the client
             waited = now - conn.read_at
@@ -70,6 +83,8 @@ class ConnectionGuard:
                 log.info("closing a gRPC connection idle for %.1f s", idle)
                 conn.shutdown()  # GOAWAY; with no stream open the session is done, and flush() closes it
                 conn.close()
+                self._closing_since = now
+                self._timer = conn.loop.call_at(now + self.body_timeout, self._check)
                 return
             if idle:
                 due = min(due, now + self.idle_timeout - idle)
