@@ -1,7 +1,8 @@
 """Writes fuzz/corpus/: the bytes real clients send vkact's gRPC port (the client preface stripped: the
 fuzz target sends it), recorded by a relay in front of a running service. tritonclient.grpc's RPCs,
 grpc.health.v1 (Check, Watch and its cancel), compressed calls, a ModelStreamInfer stream, and the wire-level attacks of
-tests/service/test_grpc_transport.py and test_grpc_wire.py (issue 24's three faults among them).
+tests/service/test_grpc_transport.py and test_grpc_wire.py (issue 24's three faults among them); and,
+written without a server, streams for the stall guard (stall_seeds).
 Run: .venv/bin/python -m fuzz.capture_seeds  (starts and stops its own server)."""
 from __future__ import annotations
 
@@ -142,8 +143,32 @@ def announced(address: str) -> None:
         s.recv(1 << 16)
 
 
+def stall_seeds() -> None:
+    """Written, not recorded: streams the stall guard resets (a unary message stopped mid-way, a streaming
+    call inside its second message, headers alone; beside a streaming call resting between messages, a
+    PING and bytes after the reset), under the target's stall modes 1 and 2 (a SETTINGS frame of one
+    and of two settings: h2grpc_fuzz.c); and calls answered before their clients finished sending them."""
+    def headers(path: str, sid: int) -> bytes:
+        return frame(1, 4, sid, literal_headers([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x"),
+                                                 ("content-type", "application/grpc"), ("te", "trailers")]))
+
+    streams = (headers("/u", 1) + frame(0, 0, 1, b"\0" + (40).to_bytes(4, "big") + b"0123456789")
+               + headers("/b", 3) + frame(0, 0, 3, framed(b"abc")) + frame(0, 0, 3, b"\0\0")
+               + headers("/b", 5) + frame(0, 0, 5, framed(b"rest")) + headers("/u", 7) + frame(6, 0, 0, b"12345678")
+               + frame(0, 0, 1, b"more") + frame(0, 1, 7, framed(b"late")))
+    one = (2).to_bytes(2, "big") + (0).to_bytes(4, "big")
+    two = one + (3).to_bytes(2, "big") + (100).to_bytes(4, "big")
+    early = (frame(4, 0, 0, b"") + headers("/no.such/Method", 1) + frame(0, 0, 1, framed(b"x" * 100)) + frame(0, 0, 1, b"y" * 50)
+             + headers("/u", 3) + frame(0, 0, 3, b"\0\x7f\xff\xff\xff") + frame(0, 0, 3, b"z" * 30) + frame(0, 1, 3, b""))
+    for name, data in [("stalled-0", frame(4, 0, 0, one) + streams), ("stalled-1", frame(4, 0, 0, two) + streams),
+                       ("answered-early-0", early)]:
+        with open(os.path.join(CORPUS, name), "wb") as f:
+            f.write(data)
+
+
 def main() -> None:
     os.makedirs(CORPUS, exist_ok=True)
+    stall_seeds()
     server = start_server(max_body_bytes=256 << 20)
     try:
         relay = Relay(server.grpc)

@@ -1,10 +1,13 @@
 /* libFuzzer target of service/native's h2grpc: one Session per input, fed the client preface and then
  * the input's bytes (in chunks whose size the input's last byte sets, so DATA and the 5-byte prefix split
- * at many places), answered as grpc_transport.py answers: each finished request through the Session's
- * Python methods (reply; finish with a status message far over the cap; send now and finish after the
+ * at many places), answered as service/api/grpc/transport.py answers: each finished request through
+ * the Session's Python methods (reply; finish with a status message far over the cap; send now and finish after the
  * connection's last byte, so answers wait on an empty queue; all of it later), GOAWAY when the first byte
  * is odd, every problem with its status, pending() after each read (up to a limit the input's second
- * byte sets: answers stay queued across reads; Session.answers checked after each). CPython is
+ * byte sets: answers stay queued across reads; Session.answers checked after each), the stall guard's
+ * reset_stalled (every waiting stream reset after each read, or once after the last, as the third byte
+ * says; and one that resets none after each read, its next due time checked) and Session.idle checked
+ * against the streams open. CPython is
  * embedded (PYTHONMALLOC=malloc: ASan sees every object) and the extension compiled in, so an input costs
  * microseconds where a Python-driven target (atheris) costs milliseconds.
  * A finding: a sanitizer report, a leak (LeakSanitizer, per input), or an exception the server would not
@@ -65,7 +68,7 @@ static void call(PyObject *session, const char *method, const char *format, int 
     Py_DECREF(r);
 }
 
-/* Each event as grpc_transport.py's data_received meets it; LATER calls go to `later`. */
+/* Each event as transport.py's data_received meets it; LATER calls go to `later`. */
 static void answer(PyObject *session, PyObject *events, PyObject *later) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *e = PyList_GET_ITEM(events, i);
@@ -97,6 +100,36 @@ static void answer(PyObject *session, PyObject *events, PyObject *later) {
  * across reads, resets and the session's end, as when the transport's write buffer is full. */
 static Py_ssize_t drain_limit;
 
+/* reset_stalled(limit): the ids it reset (each answered: later send/finish calls on them are refused),
+ * and the seconds until the next waiting stream falls due (-1 or, when limit is far off, positive). */
+static void reset_stalled(PyObject *session, double limit) {
+    PyObject *r = PyObject_CallMethod(session, "reset_stalled", "diO", limit, 1, problem_message);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(h2error)) fail("reset_stalled");
+        PyErr_Clear();
+        return;
+    }
+    double next_due = PyFloat_AsDouble(PyTuple_GET_ITEM(r, 1));
+    if (!PyList_Check(PyTuple_GET_ITEM(r, 0)) || (limit > 0 && (PyList_GET_SIZE(PyTuple_GET_ITEM(r, 0)) != 0 || (next_due < 0 && next_due != -1.0)))) {
+        fprintf(stderr, "h2grpc_fuzz: reset_stalled(%g) reset streams or gave next_due %g\n", limit, next_due);
+        abort();
+    }
+    Py_DECREF(r);
+}
+
+/* Session.idle: seconds without a stream, 0.0 while one is open. */
+static void check_idle(PyObject *session) {
+    PyObject *idle = PyObject_GetAttrString(session, "idle"), *streams = PyObject_GetAttrString(session, "streams");
+    if (idle == NULL || streams == NULL) fail("idle/streams");
+    double seconds = PyFloat_AsDouble(idle);
+    if (seconds < 0 || (PyLong_AsSsize_t(streams) > 0 && seconds != 0.0)) {
+        fprintf(stderr, "h2grpc_fuzz: idle %g with %zd streams open\n", seconds, PyLong_AsSsize_t(streams));
+        abort();
+    }
+    Py_DECREF(idle);
+    Py_DECREF(streams);
+}
+
 /* Session.answers: never negative, and nothing queued once no stream is open. */
 static void check_answers(PyObject *session) {
     PyObject *answers = PyObject_GetAttrString(session, "answers"), *streams = PyObject_GetAttrString(session, "streams");
@@ -120,6 +153,10 @@ static void drain(PyObject *session) {
     Py_DECREF(out);
 }
 
+/* How the input's streams stall, by its third byte (its SETTINGS frame's length / 6, mod 3): 0 never,
+ * 1 every waiting stream reset after each read, 2 after the last one (before the late answers). */
+static int stall_mode;
+
 /* One read of the connection: receive, answer, write. 0 once the Session has closed it (H2Error). */
 static int feed(PyObject *session, PyObject *bytes, PyObject *later) {
     PyObject *events = PyObject_CallMethod(session, "receive", "O", bytes);
@@ -131,8 +168,11 @@ static int feed(PyObject *session, PyObject *bytes, PyObject *later) {
         answer(session, events, later);
         Py_DECREF(events);
     }
+    reset_stalled(session, 1e9);  /* the guard's check between its deadlines: nothing reset */
+    if (stall_mode == 1) reset_stalled(session, 0.0);
     drain(session);
     check_answers(session);
+    check_idle(session);
     PyObject *streams = PyObject_GetAttrString(session, "streams"), *is_open = PyObject_GetAttrString(session, "open");
     if (streams == NULL || is_open == NULL) fail("streams/open");
     Py_DECREF(streams);
@@ -150,6 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Py_DECREF(room);
     size_t chunk = size ? 1 + (size_t)data[size - 1] * 37 : 1;
     drain_limit = size > 1 && (data[1] & 1) ? 1 + data[1] * 64 : PY_SSIZE_T_MAX;
+    stall_mode = size > 2 ? data[2] / 6 % 3 : 0;  /* a SETTINGS payload of 0, 6 or 12 bytes: 0, 1, 2 */
     int open = feed(session, preface, later);
     for (size_t at = 0; open && at < size; at += chunk) {
         PyObject *bytes = PyBytes_FromStringAndSize((const char *)data + at, (Py_ssize_t)(size - at < chunk ? size - at : chunk));
@@ -162,6 +203,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             Py_DECREF(r);
         }
     }
+    if (open && stall_mode == 2) {
+        reset_stalled(session, 0.0);
+        drain(session);
+        check_answers(session);
+    }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(later); i++) {  /* answers after the client's last byte */
         int id = (int)PyLong_AsLong(PyList_GET_ITEM(later, i));
         call(session, "send", "iO", id, preface, 0);  /* False once the stream is gone: fine */
@@ -172,6 +218,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     drain_limit = PY_SSIZE_T_MAX;  /* then everything the flow-control windows let go */
     drain(session);
     check_answers(session);
+    check_idle(session);
     PyObject *buffered = PyObject_GetAttrString(session, "buffered");
     if (buffered == NULL || PyLong_AsSsize_t(buffered) < 0) fail("buffered");
     Py_DECREF(buffered);

@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from .grpc.server import GrpcServer  # compiles the protocol's .proto files: only when served
 
             grpc_server = GrpcServer(runtime, app.version)
+            runtime.grpc = grpc_server.transport
             try:
                 await grpc_server.start()
             except BaseException:

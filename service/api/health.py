@@ -28,4 +28,7 @@ async def metrics(request: Request) -> Response:
     state.metrics.queue_depth.set(worker.queue_depth)
     state.metrics.worker_restarts.set(worker.restarts)
     state.metrics.inflight_bytes.set(state.inflight.held)
+    if state.grpc is not None:
+        state.metrics.grpc_connections.set(len(state.grpc.connections))
+        state.metrics.grpc_calls.set(state.grpc.calls)
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

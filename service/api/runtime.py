@@ -24,6 +24,7 @@ from ..dataplane.metrics import Metrics
 
 if TYPE_CHECKING:
     from ..worker import DeviceWorker
+    from .grpc.transport import GrpcTransport
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Runtime:
     v1_headers: HeaderCache[Any]
     v2_headers: HeaderCache[Any]
     worker: DeviceWorker | None = None  # set when the app starts (its lifespan), with the event loop
+    grpc: GrpcTransport | None = None  # gRPC's connections and calls, where gRPC is served (set with the worker)
     grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
     graphs_path: str = ""  # the server's graph model file (slots.server_file); "": graphs.json beside the registry's
     batching_path: str = ""  # the server's model batching file (slots.server_file); "": batching.json beside the registry's

@@ -78,6 +78,8 @@ class Metrics:
         self.errors = Counter("vkact_errors", "Requests answered with an error, by status", ["code"], registry=r)
         self.queue_depth = Gauge("vkact_queue_depth", "Requests holding a device slot (queued or running)", registry=r)
         self.worker_restarts = Gauge("vkact_worker_restarts", "Times the device worker was restarted", registry=r)
+        self.grpc_connections = Gauge("vkact_grpc_connections", "gRPC connections open in this HTTP process", registry=r)
+        self.grpc_calls = Gauge("vkact_grpc_calls", "gRPC calls in progress in this HTTP process (bounded by VKACT_MAX_CONNECTIONS)", registry=r)
         self.inflight_bytes = Gauge("vkact_inflight_bytes", "Request bytes held by requests in flight, and gRPC answers not yet read (bounded by VKACT_INFLIGHT_BYTES)", registry=r)
         self.triton = TritonMetrics()
         self._series: dict[str, OperatorSeries] = {}

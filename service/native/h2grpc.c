@@ -5,7 +5,7 @@
  * them, for a streaming route), answered with
  * messages and a grpc-status trailer (or a trailers-only HEADERS for an error before any message).
  *
- * Python owns the socket (an asyncio Protocol, service/api/grpc_transport.py):
+ * Python owns the socket (an asyncio Protocol, service/api/grpc/transport.py):
  *   events = session.receive(bytes)  -> [(stream_id, route, message, timeout, encoding), ...]
  *       one tuple per request stream the client has finished; route None: the client reset a stream
  *       it had sent whole (cancel its work); message None: the body is not one whole message, and
@@ -23,6 +23,14 @@
  *                                        flow-control window, or pending's limit, holds them back)
  *   session.buffered                     bytes the partial request messages hold (grown as DATA comes)
  *   session.room = n                     the most they may hold at once (problem "over-budget" beyond)
+ *   ids, next_due = session.reset_stalled(limit, status, message)
+ *                                        answer (status, message) and reset each stream that has waited
+ *                                        `limit` s or more on its client's bytes (a request not yet whole;
+ *                                        a streaming call's message begun); next_due: seconds until the
+ *                                        next waiting stream would, -1.0 when none waits
+ *   session.idle                         seconds since the last stream closed (or the session began)
+ *                                        while none is open, 0.0 while one is: PINGs, SETTINGS and
+ *                                        WINDOW_UPDATEs leave a connection idle
  * Unknown methods, non-POST requests and other content types are answered here, without Python.
  *
  * Files: h2grpc.c the Session type, h2grpc_request.c the request side, h2grpc_answer.c the answers.
@@ -52,6 +60,7 @@ static int Session_init(Session *self, PyObject *args, PyObject *kwargs) {
     self->routes = routes;
     self->max_message = (size_t)max_message;
     self->room = PY_SSIZE_T_MAX;
+    self->idle_since = self->now = monotonic_now();
     nghttp2_session_callbacks *callbacks;
     if (nghttp2_session_callbacks_new(&callbacks) != 0) {
         PyErr_NoMemory();
@@ -108,6 +117,7 @@ static PyObject *Session_receive(Session *self, PyObject *arg) {
     }
     self->events = events;
     self->callback_error = 0;
+    self->now = monotonic_now();
     ssize_t rv = nghttp2_session_mem_recv(self->session, data.buf, (size_t)data.len);
     self->events = NULL;
     PyBuffer_Release(&data);
@@ -198,6 +208,21 @@ static PyObject *Session_goaway(Session *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Session_reset_stalled(Session *self, PyObject *args) {
+    double limit;
+    int status;
+    PyObject *message;
+    if (!ready(self) || !PyArg_ParseTuple(args, "diO!", &limit, &status, &PyBytes_Type, &message)) return NULL;
+    PyObject *ids = PyList_New(0);
+    if (ids == NULL) return NULL;
+    double next_due;
+    if (reset_stalled(self, limit, status, PyBytes_GET_SIZE(message) ? message : NULL, ids, &next_due) < 0) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    return Py_BuildValue("(Nd)", ids, next_due);
+}
+
 static PyObject *Session_get_open(Session *self, void *closure) {
     if (!ready(self)) return NULL;
     return PyBool_FromLong(nghttp2_session_want_read(self->session) || nghttp2_session_want_write(self->session));
@@ -205,9 +230,12 @@ static PyObject *Session_get_open(Session *self, void *closure) {
 
 static PyObject *Session_get_streams(Session *self, void *closure) {
     if (!ready(self)) return NULL;
-    size_t n = 0;
-    for (Stream *s = self->streams; s; s = s->next) n++;
-    return PyLong_FromSize_t(n);
+    return PyLong_FromSsize_t(self->open_streams);
+}
+
+static PyObject *Session_get_idle(Session *self, void *closure) {
+    if (!ready(self)) return NULL;
+    return PyFloat_FromDouble(self->open_streams ? 0.0 : monotonic_now() - self->idle_since);
 }
 
 static PyMethodDef Session_methods[] = {
@@ -218,6 +246,9 @@ static PyMethodDef Session_methods[] = {
     {"finish", (PyCFunction)Session_finish, METH_VARARGS, "finish(stream_id, status, message=b''): end the answer."},
     {"reply", (PyCFunction)Session_reply, METH_VARARGS, "reply(stream_id, message): one message, then status 0."},
     {"goaway", (PyCFunction)Session_goaway, METH_NOARGS, "GOAWAY: no new streams; open ones run to their answers."},
+    {"reset_stalled", (PyCFunction)Session_reset_stalled, METH_VARARGS,
+     "reset_stalled(limit, status, message): answer and reset the streams that waited limit s or more on their "
+     "client; ([their ids], seconds until the next waiting stream would, or -1.0)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -236,6 +267,8 @@ static PyMemberDef Session_members[] = {
 static PyGetSetDef Session_getset[] = {
     {"open", (getter)Session_get_open, NULL, "Whether the connection still has anything to read or write.", NULL},
     {"streams", (getter)Session_get_streams, NULL, "Request streams open now.", NULL},
+    {"idle", (getter)Session_get_idle, NULL, "Seconds since the last stream closed (or the session began) while "
+     "none is open; 0.0 while one is.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

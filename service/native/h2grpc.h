@@ -38,6 +38,8 @@ typedef struct Stream {
     int headers_sent, finished, deferred;
     int status;
     PyObject *status_message;  /* bytes, percent-encoded by the caller */
+    double last_recv;          /* when the client last sent this stream anything (monotonic seconds) */
+    int stalled;               /* answered by reset_stalled: never reported again */
 } Stream;
 
 typedef struct {
@@ -51,6 +53,9 @@ typedef struct {
     Py_ssize_t room;           /* the most they may hold at once: set by Python (the process's budget) */
     Py_ssize_t answers;        /* answer message bytes queued and not yet handed to nghttp2 (all streams) */
     int callback_error;        /* a Python error inside a callback: receive() raises it */
+    Py_ssize_t open_streams;   /* the streams list's length */
+    double idle_since;         /* when the last stream closed, or the session began (monotonic seconds) */
+    double now;                /* the time of the receive() in progress: its streams' last_recv */
 } Session;
 
 /* grpc-message bytes sent at most (cut, never inside a %XX): grpc-core refuses metadata over 8-16 KiB, and
@@ -60,8 +65,10 @@ typedef struct {
 #define NV(NAME, VALUE, VLEN) {(uint8_t *)(NAME), (uint8_t *)(VALUE), sizeof(NAME) - 1, (VLEN), NGHTTP2_NV_FLAG_NONE}
 
 /* h2grpc_request.c */
+double monotonic_now(void);
 void set_request_callbacks(nghttp2_session_callbacks *callbacks);
 void stream_free(Session *self, Stream *s);
+int reset_stalled(Session *self, double limit, int status, PyObject *message, PyObject *ids, double *next_due);
 
 /* h2grpc_answer.c */
 int submit_trailers_only(Session *self, int32_t id, int status, const char *message, size_t message_len);

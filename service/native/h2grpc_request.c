@@ -2,8 +2,18 @@
  * its headers, its one message read straight into a bytes object) and hand a finished one to Python
  * through the events list of the receive() in progress. A streaming route's stream (route.bidi set)
  * hands over each message as it completes, then its end ("end"), so answers can go while the client
- * still sends. */
+ * still sends. Each stream notes when the client last sent it anything: one that stalls is answered
+ * and reset (reset_stalled), and one answered before the client finished it is reset once the answer
+ * is out (on_frame_send), so no stream waits on a client for ever. */
 #include "h2grpc.h"
+
+#include <time.h>
+
+double monotonic_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 /* A partial message's bytes given up (or handed to Python): no longer the session's to count. */
 static void release_body(Session *self, Stream *s) {
@@ -27,6 +37,7 @@ static void unlink_stream(Session *self, Stream *s) {
     if (s->prev) s->prev->next = s->next;
     else self->streams = s->next;
     if (s->next) s->next->prev = s->prev;
+    if (--self->open_streams == 0) self->idle_since = monotonic_now();
 }
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
@@ -36,9 +47,11 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     if (s == NULL) return NGHTTP2_ERR_CALLBACK_FAILURE;
     s->id = frame->hd.stream_id;
     s->not_grpc = 1;  /* a request without content-type is not a gRPC call either (415) */
+    s->last_recv = self->now;
     s->next = self->streams;
     if (s->next) s->next->prev = s;
     self->streams = s;
+    self->open_streams++;
     nghttp2_session_set_stream_user_data(session, s->id, s);
     return 0;
 }
@@ -125,7 +138,9 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
                          void *user_data) {
     Session *self = user_data;
     Stream *s = nghttp2_session_get_stream_user_data(session, id);
-    if (s == NULL || s->too_large || s->extra || s->refused || s->over_budget || (s->bidi && s->finished)) return 0;
+    if (s == NULL) return 0;
+    s->last_recv = self->now;  /* bytes dropped below are the client's progress too */
+    if (s->too_large || s->extra || s->refused || s->over_budget || (s->bidi && s->finished)) return 0;
     while (len) {
         if (s->prefix_len < 5) {
             size_t n = 5 - s->prefix_len < len ? 5 - s->prefix_len : len;
@@ -219,7 +234,9 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     Session *self = user_data;
     if (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS) return 0;
     Stream *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-    if (s == NULL || (s->dispatched && !s->bidi) || s->refused || (s->bidi && s->finished)) return 0;
+    if (s == NULL) return 0;
+    s->last_recv = self->now;  /* a header block (CONTINUATIONs included) or an empty DATA: whole now */
+    if ((s->dispatched && !s->bidi) || s->refused || (s->bidi && s->finished)) return 0;
     int rv = 0;
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST &&
         (s->route == NULL || s->not_post || s->not_grpc))
@@ -259,7 +276,64 @@ static int on_frame_not_send(nghttp2_session *session, const nghttp2_frame *fram
     return rv == 0 || nghttp2_is_fatal(rv) == 0 ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
+/* An answer complete (END_STREAM sent) on a stream the client has not finished (a refused call, an error
+ * before the end of the request, a stalled one): RST_STREAM NO_ERROR (RFC 9113 8.1) stops its upload
+ * and closes it. nghttp2 leaves it half-closed, taking and discarding whatever the client sends. */
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    if (nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) != 0) return 0;  /* closed, or gone */
+    int rv = nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+    return rv == 0 || nghttp2_is_fatal(rv) == 0 ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+/* Whether `s` waits on its client's bytes: a request not yet whole (headers, message, end of stream), or
+ * a streaming call's message begun. A streaming call between messages may rest as long as it likes. */
+static int waits_on_client(Session *self, Stream *s) {
+    if (s->stalled || nghttp2_session_get_stream_remote_close(self->session, s->id) != 0) return 0;
+    return !(s->bidi && !s->finished && s->prefix_len == 0);
+}
+
+/* Each stream that has waited on its client `limit` seconds or more without a byte: answered with `status`
+ * and `message` (bytes, or NULL; after the answer's queued messages if it has begun), its partial message
+ * given up, what the client still sends dropped, and reset once the answer is out (on_frame_send). Their
+ * ids are appended to `ids`; *next_due: seconds until the next waiting stream reaches `limit`, or -1.
+ * 0, or -1 with a Python exception (H2Error: nghttp2 failed). */
+int reset_stalled(Session *self, double limit, int status, PyObject *message, PyObject *ids, double *next_due) {
+    double now = monotonic_now();
+    *next_due = -1.0;
+    for (Stream *s = self->streams; s; s = s->next) {
+        if (!waits_on_client(self, s)) continue;
+        double due = s->last_recv + limit - now;
+        if (due > 0) {
+            if (*next_due < 0 || due < *next_due) *next_due = due;
+            continue;
+        }
+        PyObject *id = PyLong_FromLong(s->id);
+        if (id == NULL || PyList_Append(ids, id) < 0) {
+            Py_XDECREF(id);
+            return -1;
+        }
+        Py_DECREF(id);
+        s->stalled = 1;
+        s->refused = 1;  /* what the client sends from now on is dropped */
+        release_body(self, s);
+        int rv = 0;
+        if (!s->headers_sent) {
+            s->headers_sent = s->finished = 1;
+            s->status = status;
+            rv = submit_trailers_only(self, s->id, status, message ? PyBytes_AS_STRING(message) : "",
+                                      message ? (size_t)PyBytes_GET_SIZE(message) : 0);
+        } else if (!s->finished && finish(self, s, status, message) < 0) {
+            return -1;
+        }
+        if (rv != 0 && nghttp2_is_fatal(rv)) return h2_result(rv);
+    }
+    return 0;
+}
+
 void set_request_callbacks(nghttp2_session_callbacks *callbacks) {
+    nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, on_frame_send);
     nghttp2_session_callbacks_set_on_frame_not_send_callback(callbacks, on_frame_not_send);
     nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);

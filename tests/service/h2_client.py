@@ -2,7 +2,11 @@
 send (no content-type, huge metadata, streams left open), with every frame's outcome visible."""
 from __future__ import annotations
 
+import os
+import select
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h2.config
@@ -28,6 +32,29 @@ def literal_headers(headers: list[tuple[str, str]]) -> bytes:
     for name, value in headers:
         out += b"\0" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
     return out
+
+
+def unread_calls(address: str, path: str, bodies: list[bytes], huge_window: bool,
+                 headers: list[tuple[str, str]] | None = None) -> socket.socket:
+    """A connection that sends one call of ``path`` per body (its framed messages) and never reads: with
+    HTTP/2's 64 KiB window its answers wait in h2grpc's queues; with ``huge_window`` (2 GiB, the
+    connection's too) in the transport's write buffer, past what the kernel holds (a 4 KiB receive
+    buffer here)."""
+    host, port = address.rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    settings = (4).to_bytes(2, "big") + (2**31 - 1).to_bytes(4, "big") if huge_window else b""
+    out = PREFACE + frame(4, 0, 0, settings)
+    if huge_window:
+        out += frame(8, 0, 0, (2**31 - 1 - 65535).to_bytes(4, "big"))
+    block = literal_headers([(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "vkact"),
+                             ("content-type", "application/grpc"), *(headers or []), ("te", "trailers")])
+    for i, body in enumerate(bodies):  # in DATA frames of HTTP/2's default largest size, 16 KiB
+        out += frame(1, 4, 2 * i + 1, block) + b"".join(
+            frame(0, int(at + 16384 >= len(body)), 2 * i + 1, body[at:at + 16384]) for at in range(0, max(len(body), 1), 16384))
+    sock.sendall(out)
+    return sock
 
 
 @dataclass
@@ -60,6 +87,9 @@ class H2Client:
         self.conn.initiate_connection()
         self.answers: dict[int, Answer] = {}
         self.ended: set[int] = set()
+        self.goaway: h2.events.ConnectionTerminated | None = None
+        self.pings_acked = 0
+        self.closed = False  # the server closed the connection
         self._flush()
 
     def close(self) -> None:
@@ -77,8 +107,12 @@ class H2Client:
             self.sock.sendall(data)
 
     def _read(self) -> None:
-        data = self.sock.recv(1 << 16)
+        try:
+            data = self.sock.recv(1 << 16)
+        except ConnectionResetError:
+            data = b""
         if not data:
+            self.closed = True
             raise ConnectionError("the server closed the connection")
         for event in self.conn.receive_data(data):
             sid = getattr(event, "stream_id", None)
@@ -95,7 +129,28 @@ class H2Client:
             elif isinstance(event, h2.events.StreamReset):
                 answer.reset = event.error_code
                 self.ended.add(sid)
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.goaway = event
+            elif isinstance(event, h2.events.PingAckReceived):
+                self.pings_acked += 1
         self._flush()
+
+    def pinging(self, done: Callable[[], bool], seconds: float = 30) -> bool:
+        """A PING every 0.1 s (once the server has not said GOAWAY), reading what comes, until ``done()``:
+        whether it came before ``seconds`` passed. The server closing the connection ends the wait."""
+        deadline = time.monotonic() + seconds
+        while not done():
+            if self.closed or time.monotonic() > deadline:
+                return False
+            if self.goaway is None:
+                self.conn.ping(os.urandom(8))
+                self._flush()
+            if select.select([self.sock], [], [], 0.1)[0]:
+                try:
+                    self._read()
+                except ConnectionError:
+                    pass
+        return True
 
     def start(self, path: str, headers: list[tuple[str, str]] | None = None,
               content_type: str | None = "application/grpc") -> int:

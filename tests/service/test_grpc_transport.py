@@ -21,10 +21,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from service.api.grpc.transport import deadline_seconds, percent_encoded
+from service.api.grpc.status import deadline_seconds, percent_encoded
 from tests.service.conftest import start_server, stop_server
 from tests.service.h2_client import PREFACE, framed, frame as _frame, literal_headers as _literal_headers
 from tests.service.test_load import worker_pid
+from tests.service.test_memory_bounds import until
+from tests.service.test_process_faults import gauge
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
@@ -183,31 +185,29 @@ def test_the_deadline_ends_a_call_waiting_on_the_device():
 def test_a_cancelled_call_gives_its_place_back():
     """With room for one call (VKACT_MAX_CONNECTIONS=1) and the device stopped, a call the client cancels
     frees its place: the next call waits on the device (and is answered once it goes on) instead of
-    being refused with RESOURCE_EXHAUSTED."""
+    being refused with RESOURCE_EXHAUSTED. Each step waits for the state it needs, as the server counts
+    its calls (vkact_grpc_calls): the first call held, then given back, then the second one held."""
     server = start_server(max_connections=1)
     pid = worker_pid(server)
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
     try:
-        async def scenario() -> None:
-            async with grpc.aio.insecure_channel(server.grpc) as ch:
-                stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
-                x = np.linspace(-1, 1, 64, dtype=np.float32)
-                os.kill(pid, signal.SIGSTOP)
-                try:
-                    first = stub.ModelInfer(relu_request(x), timeout=60)
-                    await asyncio.sleep(0.5)
-                    first.cancel()
-                    for _ in range(20):  # until the server has read the reset (its own time on a busy machine)
-                        second = asyncio.ensure_future(stub.ModelInfer(relu_request(-x), timeout=60))
-                        await asyncio.sleep(1.0)
-                        if not second.done():
-                            break  # waiting on the device, not refused
-                        assert second.exception().code() == grpc.StatusCode.RESOURCE_EXHAUSTED, second.exception()
-                    assert not second.done(), "the cancelled call never gave its place back"
-                finally:
-                    os.kill(pid, signal.SIGCONT)
-                np.testing.assert_array_equal(relu_of(await second), np.maximum(-x, 0))
-
-        asyncio.run(scenario())
+        with grpc.insecure_channel(server.grpc) as ch, server.client() as http:  # one connection each: the bound
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+            calls = lambda: gauge(http, "vkact_grpc_calls")  # noqa: E731
+            assert calls() == 0
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                first = stub.ModelInfer.future(relu_request(x), timeout=60)
+                assert until(lambda: calls() == 1 or first.done()), "the first call never reached the server"
+                assert not first.done(), first.exception()
+                first.cancel()
+                assert until(lambda: calls() == 0), "the cancelled call never gave its place back"
+                second = stub.ModelInfer.future(relu_request(-x), timeout=60)
+                assert until(lambda: calls() == 1 or second.done())
+                assert not second.done(), second.exception()  # waiting on the device, not refused
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            np.testing.assert_array_equal(relu_of(second.result()), np.maximum(-x, 0))
     finally:
         stop_server(server)
 

@@ -17,7 +17,7 @@ import pytest
 from tritonclient.grpc import service_pb2_grpc
 
 from tests.service.conftest import ASAN_RUNTIME, start_server, stop_server
-from tests.service.h2_client import PREFACE, frame, literal_headers
+from tests.service.h2_client import unread_calls
 from tests.service.test_grpc_transport import INFER, assert_serving, relu_of, relu_request
 from tests.service.test_inflight_budget import reset_peak
 from tests.service.test_bombs import peak_rss
@@ -36,29 +36,18 @@ def server():
     # they go back to the system when freed, so the process's resident memory follows what it holds
     with pytest.MonkeyPatch.context() as env:
         env.setenv("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
-        server = start_server(max_body_bytes=16 << 20, inflight_bytes=BUDGET)
+        # the attack's connection must stay while its calls run (minutes on a loaded machine): past
+        # VKACT_BODY_TIMEOUT_S without a byte read it would be cut (test_grpc_deadlines.py)
+        server = start_server(max_body_bytes=16 << 20, inflight_bytes=BUDGET, body_timeout_s=3600)
     yield server
     stop_server(server)
 
 
 def unread_attack(address: str, huge_window: bool) -> socket.socket:
     """The connection, its requests sent: never read (a tiny receive buffer, so the kernel holds little)."""
-    host, port = address.rsplit(":", 1)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, int(port)))
-    settings = (4).to_bytes(2, "big") + (2**31 - 1).to_bytes(4, "big") if huge_window else b""
-    out = PREFACE + frame(4, 0, 0, settings)
-    if huge_window:
-        out += frame(8, 0, 0, (2**31 - 1 - 65535).to_bytes(4, "big"))  # the connection's window too
     packed = gzip.compress(relu_request(np.zeros(ANSWER_FLOATS, np.float32)).SerializeToString())
-    headers = literal_headers([(":method", "POST"), (":scheme", "http"), (":path", INFER), (":authority", "vkact"),
-                               ("content-type", "application/grpc"), ("grpc-encoding", "gzip"), ("te", "trailers")])
-    for i in range(STREAMS):
-        sid = 2 * i + 1
-        out += frame(1, 0x4, sid, headers) + frame(0, 0x1, sid, b"\1" + len(packed).to_bytes(4, "big") + packed)
-    sock.sendall(out)
-    return sock
+    body = b"\1" + len(packed).to_bytes(4, "big") + packed
+    return unread_calls(address, INFER, [body] * STREAMS, huge_window, [("grpc-encoding", "gzip")])
 
 
 def rss(pid: int) -> int:

@@ -14,7 +14,8 @@ import httpx
 import numpy as np
 from grpc_health.v1 import health_pb2
 
-from service.api.grpc.transport import INTERNAL, MAX_STATUS_MESSAGE, RESOURCE_EXHAUSTED, UNAVAILABLE, GrpcTransport, Route, status_text
+from service.api.grpc.status import INTERNAL, MAX_STATUS_MESSAGE, RESOURCE_EXHAUSTED, UNAVAILABLE, status_text
+from service.api.grpc.transport import GrpcTransport, Route
 from service.inflight import InflightBudget
 from service.native import h2grpc
 from tests.service.conftest import start_server, stop_server

@@ -24,13 +24,14 @@ from grpc_health.v1 import health_pb2
 
 from ...dataplane import is_ready
 from ...errors import InvalidRequest, UnknownOperator
-from . import transport as status_codes
+from . import status as status_codes
 from ..errors import count_error, protocol_error
 from .graph_infer import graph_model_infer
 from .infer import model_infer
 from .messages import config_pb, pb
 from .reflection import reflection_routes
-from .transport import GrpcTransport, Route, RpcError, Send, status_text
+from .status import RpcError, status_text
+from .transport import GrpcTransport, Route, Send
 from ..runtime import Runtime
 from ..v2.statistics import model_stats
 from ..v2.routes import EXTENSIONS
@@ -314,7 +315,8 @@ class GrpcServer:
         self.transport = GrpcTransport(routes(InferenceServicer(state, version), HealthServicer(state)), self._error_status,
                                        max_message=settings.max_body_bytes,  # the HTTP body limit
                                        max_calls=settings.max_connections, max_connections=settings.max_connections,
-                                       budget=state.inflight)
+                                       budget=state.inflight, idle_timeout=settings.grpc_idle_timeout_s,
+                                       body_timeout=settings.body_timeout_s)  # HTTP's: a request's pauses, an unread answer's
         self.address = f"[{settings.host}]:{settings.grpc_port}" if ":" in settings.host else f"{settings.host}:{settings.grpc_port}"
 
     def _error_status(self, exc: BaseException) -> tuple[int, str]:

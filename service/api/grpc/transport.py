@@ -28,27 +28,30 @@ answered UNAVAILABLE (RESOURCE_EXHAUSTED when it could never fit), so a client t
 most the budget. A connection whose unread answers pass ``max_unread`` bytes gets no new call computed
 (RESOURCE_EXHAUSTED) until it reads. Answers go to the socket ``WRITE_CHUNK`` bytes at a time and not
 while the transport's write buffer is over its high-water mark: a client that opens a huge window but
-never reads the socket leaves them queued (and counted), not in the transport's buffer."""
+never reads the socket leaves them queued (and counted), not in the transport's buffer.
+
+Deadlines (guard.py, one timer per connection): a connection with no stream open for ``idle_timeout`` is
+told GOAWAY and closed, a request that receives nothing for ``body_timeout`` is answered CANCELLED and
+reset, and a connection whose client takes none of its answers for ``body_timeout`` is cut."""
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
-import re
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from ...errors import InvalidRequest, PayloadTooLarge
 from ...inflight import Claim, InflightBudget
+from ...limits import GRPC_MAX_STREAMS
 from ...native import h2grpc
 from ..v2.encoding import Inflater, inflated
+from .guard import ConnectionGuard
+from .status import (DEADLINE_EXCEEDED, INTERNAL, INVALID_ARGUMENT, OK, RESOURCE_EXHAUSTED, UNAVAILABLE, UNIMPLEMENTED, RpcError,
+                     deadline_seconds, percent_encoded, status_text)
 
 log = logging.getLogger("vkact.grpc")
-
-# gRPC status codes (grpc/doc/statuscodes.md)
-OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
-RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 8, 12, 13, 14
 
 Send = Callable[[bytes], None]
 
@@ -69,41 +72,19 @@ _PROBLEMS = {  # h2grpc's reason for a body that is not one whole message
     "incomplete": (INTERNAL, "the request stream ended inside its message"),
     "over-budget": (RESOURCE_EXHAUSTED, "the server holds as many partially received request bytes as it may; retry later"),
 }
-from ...limits import GRPC_MAX_STREAMS, MAX_STATUS_MESSAGE
 #: Bytes handed to the transport per write: with its high-water mark (asyncio's 64 KiB), what one
 #: connection's socket buffer holds beyond the counted answers (plus one 16 KiB frame).
 WRITE_CHUNK = 1 << 16
-_TIMEOUT = re.compile(rb"(\d{1,8})([HMSmun])")
-_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
-
-
-def deadline_seconds(value: bytes) -> float | None:
-    """grpc-timeout (gRPC over HTTP/2: up to 8 digits and a unit) in seconds; None if malformed."""
-    m = _TIMEOUT.fullmatch(value)
-    return int(m[1]) * _UNITS[m[2]] if m else None
-
-
-def percent_encoded(message: str) -> bytes:
-    """grpc-message's encoding: UTF-8, with '%' and bytes outside printable ASCII as %XX."""
-    return b"".join(bytes([b]) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in message.encode("utf-8", "replace"))
-
-
-def status_text(message: str) -> str:
-    """``message`` within MAX_STATUS_MESSAGE characters: its middle (where an echoed input sits) elided."""
-    if len(message) <= MAX_STATUS_MESSAGE:
-        return message
-    head, tail = MAX_STATUS_MESSAGE // 2, MAX_STATUS_MESSAGE // 4
-    return f"{message[:head]} ... ({len(message) - head - tail} characters elided) ... {message[-tail:]}"
-
-
 class GrpcTransport:
     def __init__(self, routes: dict[str, Route], error_status: ErrorStatus, *, max_message: int, max_calls: int,
-                 max_connections: int, budget: InflightBudget, max_streams: int = GRPC_MAX_STREAMS, window: int = 4 << 20) -> None:
+                 max_connections: int, budget: InflightBudget, max_streams: int = GRPC_MAX_STREAMS, window: int = 4 << 20,
+                 idle_timeout: float = 300.0, body_timeout: float = 30.0) -> None:
         self.routes = {path.encode(): route for path, route in routes.items()}
         self.budget = budget  # request bytes in flight, shared with the HTTP side (service/inflight.py)
         self.error_status = error_status
         self.max_message, self.max_calls, self.max_connections = max_message, max_calls, max_connections
         self.max_streams, self.window = max_streams, window
+        self.idle_timeout, self.body_timeout = idle_timeout, body_timeout  # guard.py
         self.max_unread = budget.limit // 2  # a connection's unread answers past it: no new call is computed
         self.calls = 0
         self.connections: set[_Connection] = set()
@@ -146,6 +127,8 @@ class _Connection(asyncio.Protocol):
         self.requests: dict[int, tuple[asyncio.Queue, Claim]] = {}  # a bidi call's messages not yet taken (None: the end)
         self.unread = 0  # bytes of the budget this connection's queued answers hold (Session.answers once flushed)
         self.writing = True  # False while the transport's write buffer is over its high-water mark
+        self.read_at = 0.0  # when the client last took answer bytes, or answers began to wait for it (guard.py)
+        self.guard: ConnectionGuard | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -160,6 +143,7 @@ class _Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         server.connections.add(self)
         self.session = h2grpc.Session(server.routes, server.max_message, server.max_streams, server.window)
+        self.guard = ConnectionGuard(self, server.idle_timeout, server.body_timeout)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
@@ -248,11 +232,13 @@ class _Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:  # answers wait for the client: read no more requests meanwhile
         self.writing = False
+        self.read_at = self.loop.time()
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.writing = True
+        self.read_at = self.loop.time()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
             self.flush()
@@ -268,6 +254,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        if self.guard is not None:
+            self.guard.stop()
         self._charge(0)
         self.server.budget.release(self.unread)
         self.unread = 0
@@ -324,6 +312,17 @@ class _Connection(asyncio.Protocol):
         self.requests.pop(stream_id, None)  # its messages not taken leave the budget with the claim
         self.flush()
 
+    def streams_reset(self, stream_ids: list[int]) -> None:
+        """Streams h2grpc answered and reset (their requests stalled: guard.py): their calls end, their
+        partial messages leave the budget."""
+        for stream_id in stream_ids:
+            task = self.calls.pop(stream_id, None)
+            if task is not None:
+                task.cancel()
+        if self.session is not None:
+            self._charge(self.session.buffered)
+        self.flush()
+
     def _expire(self, stream_id: int) -> None:
         task = self.calls.get(stream_id)
         if task is not None:
@@ -347,6 +346,8 @@ class _Connection(asyncio.Protocol):
             return False
         budget = self.server.budget
         if budget.try_reserve(len(answer)):
+            if not self.unread:
+                self.read_at = self.loop.time()  # answers begin to wait for the client now
             self.unread += len(answer)
             return True
         if len(answer) > budget.limit:
@@ -369,6 +370,8 @@ class _Connection(asyncio.Protocol):
         while self.writing and (data := session.pending(WRITE_CHUNK)):
             transport.write(data)
         if self.unread != session.answers:  # what nghttp2 took (or a reset dropped) leaves the budget
+            if session.answers < self.unread:
+                self.read_at = self.loop.time()
             self.server.budget.release(self.unread - session.answers)
             self.unread = session.answers
         if not session.open:
@@ -382,13 +385,6 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
-
-
-class RpcError(Exception):
-    """A call's answer as a gRPC status and message, raised by a route or here."""
-
-    def __init__(self, code: int, message: str) -> None:
-        self.code, self.message = code, message
 
 
 async def _inflated(message: bytes, encoding: bytes, limit: int, claim: Claim) -> memoryview:
