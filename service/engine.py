@@ -41,7 +41,8 @@ from .device_tuning import Tuning, tuning_for, workgroup_size
 from .engine_graph import GraphRun
 from .graph_compiler import GraphPlan
 from .shaders import ShaderCompiler, Variant, all_variants
-from .vulkan_probe import PhysicalDevice, choose, physical_devices
+from .spirv_float_controls import preserve_nan
+from .vulkan_probe import FLOAT_CONTROLS_EXTENSION, PhysicalDevice, choose, physical_devices
 
 UNIT_BYTES = 16          # the packed kernels move one 16-byte vector per invocation and step
 PUSH_WORDS = 16          # count, rank, 14 parameter words (the shaders' Push block, elementwise.glsl)
@@ -162,7 +163,10 @@ class Engine:
         self.settings = settings = settings or Settings()
         self.device: PhysicalDevice = choose(physical_devices(), settings.device)
         self._owner = threading.get_ident()
-        self._mgr = kp.Manager(self.device.index)
+        # SignedZeroInfNanPreserve where the device offers it (spirv_float_controls: a compiler may
+        # otherwise assume no NaN or Inf); its extension must be enabled for a module to declare it.
+        self.nan_preserving_widths = self.device.nan_preserving_widths if self.device.preserves_nan else ()
+        self._mgr = kp.Manager(self.device.index, [], [FLOAT_CONTROLS_EXTENSION] if self.nan_preserving_widths else [])
         props = self._mgr.get_device_properties()
         self.max_workgroup_count = int(props["max_work_group_count"][0])
         # The patched kp enables the KERNEL_FEATURES the device reports (scripts/build-kp.sh); the
@@ -209,7 +213,7 @@ class Engine:
 
     def load_shaders(self) -> int:
         """Compile (or load from the cache) every registered variant; raises ShaderCompileError."""
-        self._spirv.update(self._compiler.compile_all(all_variants()))
+        self._spirv.update((v, self._device_module(spirv)) for v, spirv in self._compiler.compile_all(all_variants()).items())
         return len(self._spirv)
 
     def close(self) -> None:
@@ -383,7 +387,7 @@ class Engine:
     def variant_spirv(self, variant: Variant) -> bytes:
         spirv = self._spirv.get(variant)
         if spirv is None:
-            spirv = self._spirv[variant] = self._compiler.spirv(variant)
+            spirv = self._spirv[variant] = self._device_module(self._compiler.spirv(variant))
         return spirv
 
     def dispatch_workgroups(self, op: OperatorDesc) -> int:
@@ -404,10 +408,14 @@ class Engine:
         strided): enough to cover them at units_per_invocation each, within max_workgroups."""
         return max(1, min(-(-units // (self.local_size * self.units_per_invocation)), self.max_workgroups))
 
+    def _device_module(self, spirv: bytes) -> bytes:
+        """The module as this device runs it: with SignedZeroInfNanPreserve where it keeps NaN."""
+        return preserve_nan(spirv, self.nan_preserving_widths) if self.nan_preserving_widths else spirv
+
     def algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_words: int) -> kp.Algorithm:
         """Another kernel on the engine's device and buffers (the benchmark's copy shader)."""
         spec = np.array([self.local_size], np.uint32)
-        return self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, np.zeros(push_words, np.uint32))
+        return self._mgr.algorithm(tensors, self._device_module(spirv), (groups, 1, 1), spec, np.zeros(push_words, np.uint32))
 
     def sequence(self) -> kp.Sequence:
         return self._mgr.sequence()

@@ -17,6 +17,10 @@ _STYPE_INSTANCE_CREATE_INFO = 1
 _STYPE_PHYSICAL_DEVICE_PROPERTIES_2 = 1000059001
 _STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES = 1000196000
 _STYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES = 1000094000
+_STYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES = 1000197000
+#: The device extension that lets a shader declare SignedZeroInfNanPreserve (core in Vulkan 1.2; kp's
+#: instance asks for 1.1, so the engine enables it by name).
+FLOAT_CONTROLS_EXTENSION = "VK_KHR_shader_float_controls"
 _API_1_1 = (1 << 22) | (1 << 12)
 
 # VkPhysicalDeviceFeatures: 55 VkBool32 members (Vulkan 1.0 ABI); the index of the ones vkact reads.
@@ -61,6 +65,17 @@ class _SubgroupProps(ctypes.Structure):
                 ("quadOperationsInAllStages", ctypes.c_uint32)]
 
 
+class _FloatControlsProps(ctypes.Structure):
+    # two VkShaderFloatControlsIndependence, then 15 VkBool32 of which the first three are read here
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("denormBehaviorIndependence", ctypes.c_uint32),
+                ("roundingModeIndependence", ctypes.c_uint32), ("preserve16", ctypes.c_uint32),
+                ("preserve32", ctypes.c_uint32), ("preserve64", ctypes.c_uint32), ("rest", ctypes.c_uint32 * 12)]
+
+
+class _ExtensionProps(ctypes.Structure):
+    _fields_ = [("extensionName", ctypes.c_char * 256), ("specVersion", ctypes.c_uint32)]
+
+
 #: VkSubgroupFeatureFlagBits that the reduction kernels use (basic, shuffle), in the compute stage.
 SUBGROUP_BASIC, SUBGROUP_SHUFFLE = 0x1, 0x10
 _STAGE_COMPUTE = 0x20
@@ -87,6 +102,17 @@ class PhysicalDevice:
     subgroup_size: int = 0             # VkPhysicalDeviceSubgroupProperties (Vulkan 1.1); 0 if unknown
     subgroup_operations: int = 0       # its supportedOperations, if the compute stage supports subgroups
     features: tuple[str, ...] = ()     # the VkPhysicalDeviceFeatures in FEATURE_INDEX that it reports
+    # Float widths (16, 32, 64) whose NaN, Inf and signed zero a shader may ask the compiler to keep
+    # (VkPhysicalDeviceFloatControlsProperties.shaderSignedZeroInfNanPreserveFloatN, read only where the
+    # device has VK_KHR_shader_float_controls). Without that request a compiler may assume no NaN or Inf
+    # (NVIDIA's does: CELU(NaN) came out -1, isinf was folded away).
+    nan_preserving_widths: tuple[int, ...] = ()
+
+    @property
+    def preserves_nan(self) -> bool:
+        """Kernels may declare SignedZeroInfNanPreserve for 32-bit floats (the engine then enables
+        FLOAT_CONTROLS_EXTENSION and compiles the NAN_PRESERVE variants)."""
+        return 32 in self.nan_preserving_widths
 
     @property
     def is_cpu(self) -> bool:
@@ -128,8 +154,21 @@ def physical_devices() -> list[PhysicalDevice]:
         vk.vkDestroyInstance(instance, None)
 
 
+def _device_extensions(vk: ctypes.CDLL, handle: int) -> set[str]:
+    count = ctypes.c_uint32()
+    if vk.vkEnumerateDeviceExtensionProperties(ctypes.c_void_p(handle), None, ctypes.byref(count), None) != 0:
+        return set()
+    props = (_ExtensionProps * count.value)()
+    if vk.vkEnumerateDeviceExtensionProperties(ctypes.c_void_p(handle), None, ctypes.byref(count), props) != 0:
+        return set()
+    return {p.extensionName.decode(errors="replace") for p in props[: count.value]}
+
+
 def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
-    subgroup = _SubgroupProps(_STYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, None)
+    float_controls = _FloatControlsProps(_STYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES, None)
+    has_float_controls = FLOAT_CONTROLS_EXTENSION in _device_extensions(vk, handle)
+    subgroup = _SubgroupProps(_STYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                              ctypes.cast(ctypes.pointer(float_controls), ctypes.c_void_p) if has_float_controls else None)
     driver = _DriverProps(_STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, ctypes.cast(ctypes.pointer(subgroup), ctypes.c_void_p))
     props = _Props2(_STYPE_PHYSICAL_DEVICE_PROPERTIES_2, ctypes.cast(ctypes.pointer(driver), ctypes.c_void_p))
     vk.vkGetPhysicalDeviceProperties2(ctypes.c_void_p(handle), ctypes.byref(props))
@@ -156,6 +195,8 @@ def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
         subgroup_size=subgroup.subgroupSize,
         subgroup_operations=subgroup.supportedOperations if subgroup.supportedStages & _STAGE_COMPUTE else 0,
         features=tuple(name for name, i in FEATURE_INDEX.items() if features[i]),
+        nan_preserving_widths=tuple(w for w, on in ((16, float_controls.preserve16), (32, float_controls.preserve32),
+                                                     (64, float_controls.preserve64)) if has_float_controls and on),
     )
 
 
