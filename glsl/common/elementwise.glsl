@@ -145,11 +145,16 @@ void store_out(uint e, ELEM_T v) { outv[e] = to_bits(v); }
 #else
 #define LOAD(buf, e) from_bits(bitfieldExtract(buf[(e) / uint(ELEMS_PER_WORD)], int((e) % uint(ELEMS_PER_WORD)) * ELEM_BITS, ELEM_BITS))
 void store_out(uint e, ELEM_T v) {
-    // Several invocations may own elements of one word: update only ours, atomically.
+    // Several invocations may own elements of one word: update only ours, atomically: set the
+    // value's one bits, then clear its zero bits. Never "clear ours, then or the value in": in place
+    // (outv is in0's buffer) a compiler that sinks the element's load to its use loads after the
+    // clear and reads 0, as NVIDIA's did (H200, 580.159.04: in-place INT8/INT16 RELU and BFLOAT16
+    // IDENTITY gave all zeros); here both atomics take the value, so the load comes first.
     uint word = e / uint(ELEMS_PER_WORD);
     uint shift = (e % uint(ELEMS_PER_WORD)) * uint(ELEM_BITS);
-    atomicAnd(outv[word], ~(ELEM_MASK << shift));
-    atomicOr(outv[word], (to_bits(v) & ELEM_MASK) << shift);
+    uint bits = to_bits(v) & ELEM_MASK;
+    atomicOr(outv[word], bits << shift);
+    atomicAnd(outv[word], ~((~bits & ELEM_MASK) << shift));
 }
 #endif
 

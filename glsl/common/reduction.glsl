@@ -103,10 +103,11 @@ void store_elem(uint e, float v) { OUT_WORD(e) = floatBitsToUint(v); }
 #define UNIT_LEN 8u
 float load_elem(uint e) { return from_bits((IN_WORD(e >> 1) >> ((e & 1u) * 16u)) & 0xffffu); }
 void store_elem(uint e, float v) {
-    // The other half may belong to another row (or to padding): update only ours, atomically.
-    uint shift = (e & 1u) * 16u;
-    atomicAnd(OUT_WORD(e >> 1), ~(0xffffu << shift));
-    atomicOr(OUT_WORD(e >> 1), to_bits(v) << shift);
+    // The other half may belong to another row (or to padding): update only ours, atomically, set
+    // bits first and both atomics taking the value (elementwise.glsl's store_out says why).
+    uint shift = (e & 1u) * 16u, bits = to_bits(v) & 0xffffu;
+    atomicOr(OUT_WORD(e >> 1), bits << shift);
+    atomicAnd(OUT_WORD(e >> 1), ~((~bits & 0xffffu) << shift));
 }
 #else
 #error "define DTYPE_F32, DTYPE_F16, DTYPE_BF16 or DTYPE_F64"
