@@ -273,7 +273,10 @@ def test_lanes_and_groups(engine):
     sub = engine.device.subgroup_size
     assert split((10000, 3), (1,))[0] == 1
     assert split((16, 1024), (1,))[0] == min(128, sub)
-    assert split((300, 64), (0,))[0] == 1                          # reducing the outer axis: rows adjacent
+    # reducing the outer axis: rows adjacent, a lane each once there are 8 rows per subgroup lane (fewer
+    # rows share a subgroup per row: 64 of them on a 32-lane GPU)
+    assert split((300, 8 * sub), (0,))[0] == 1
+    assert split((300, 4 * sub), (0,))[0] == sub
     for rows in (1, 5, 9, 1000, 99999):
         lanes, groups = split((rows, 40), (1,))
         assert 1 <= groups <= engine.max_reduction_workgroups
