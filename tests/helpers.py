@@ -1,8 +1,9 @@
 """Shared test helpers: descriptors from arrays, running an operator on arrays, ulp comparison."""
 from __future__ import annotations
 
+import os
 import pickle
-
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from client.buffers import to_buffer, view
 from service.descriptors import DataType
 from service.engine import Engine
 from service.operators import OperatorDesc, parse_operator
+from service.vulkan_probe import PhysicalDevice, choose, physical_devices
 
 def tensor(dtype: Any, sizes: tuple[int, ...], strides: tuple[int, ...] | None = None, **extra: Any) -> dict:
     desc = {"DataType": DataType.from_numpy(dtype).value, "Sizes": list(sizes), **extra}
@@ -78,3 +80,15 @@ def assert_matches(actual: np.ndarray, reference: np.ndarray, max_ulp: int, flus
         f"{int(dist.max())} ulp at flat index {worst}: got {actual.reshape(-1)[worst]!r}, "
         f"reference {reference.reshape(-1)[worst]!r}"
     )
+
+
+@lru_cache(maxsize=1)
+def service_device() -> PhysicalDevice:
+    """The Vulkan device the tests' engines and services open (VKACT_DEVICE, else 'auto')."""
+    return choose(physical_devices(), os.environ.get("VKACT_DEVICE", "auto"))
+
+
+def elements_beyond_the_device(itemsize: int) -> int:
+    """A tensor length whose buffer is just past the device's maxStorageBufferRange (lavapipe's is
+    128 MiB, SwiftShader's 1 GiB, a GPU's up to 4 GiB): what no kernel can bind."""
+    return service_device().max_storage_buffer_range // itemsize + 4

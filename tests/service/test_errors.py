@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from service.operators import parse_operator
 from tests.engine.test_properties import _breakers, cases
-from tests.helpers import tensor
+from tests.helpers import elements_beyond_the_device, tensor
 from tests.service.helpers import binary_request, decode_response, request_body
 
 X = np.arange(-3, 3, dtype=np.float32)
@@ -63,8 +63,9 @@ JSON_CASES = {
     "unknown envelope field": (body(Extra=1), 422, "Extra"),
     "bad feature level": (body(FeatureLevel="DML_FEATURE_LEVEL_9_9"), 422, "FeatureLevel"),
     "in place on a broadcast input": (body(shrink(InputTensor=tensor(np.float32, (6,), (0,))), {"InputTensor": [1.0]}, InPlace=True), 422, "OutputTensor"),
-    # 1 GiB: beyond lavapipe's maxStorageBufferRange (128 MiB) and SwiftShader's (1 GiB, less the kernels' slack)
-    "tensor beyond the device": (body(shrink(InputTensor=tensor(np.float32, (1 << 28,), (0,))), {"InputTensor": [1.0]}), 422, "OutputTensor.TotalTensorSizeInBytes"),
+    # just past the device's maxStorageBufferRange (a broadcast input: one value sent)
+    "tensor beyond the device": (body(shrink(InputTensor=tensor(np.float32, (elements_beyond_the_device(4),), (0,))), {"InputTensor": [1.0]}),
+                                 422, "OutputTensor.TotalTensorSizeInBytes"),
     # Work is bounded by the bytes sent: a declared buffer that the data does not fill is refused.
     "declared input beyond the data sent": (body(shrink(InputTensor=tensor(np.float32, (6,), TotalTensorSizeInBytes=134217712))), 422, "Operator.InputTensor.TotalTensorSizeInBytes"),
     "declared output beyond the data sent": (body(shrink(OutputTensor=tensor(np.float32, (6,), TotalTensorSizeInBytes=134217712))), 422, "OutputTensor.TotalTensorSizeInBytes"),

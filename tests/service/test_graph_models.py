@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from service.dataplane.models import MODELS
 from tests.graph_helpers import SIZES, activation, chain
-from tests.helpers import tensor
+from tests.helpers import elements_beyond_the_device, tensor
 from tests.service.conftest import Server, start_server, stop_server
 from tests.service.test_v2 import address
 
@@ -174,10 +174,11 @@ def test_hostile_loads(clients, http, graph_server):
 
 
 def test_a_graph_beyond_the_device_is_refused_at_load(clients, http):
-    """Tensors past the device's binding limit (lavapipe: 2^31 - 1 bytes less 16) fail at load, named,
-    not at every inference."""
+    """Tensors past the device's binding limit (maxStorageBufferRange less 16) fail at load, named,
+    not at every inference (before the buffer pool's limit: the first node's input is checked first)."""
     h, g = clients
-    big = chain([activation("RELU", np.float32, (1 << 29,)), activation("SIGMOID", np.float32, (1 << 29,))])  # 2 GiB each
+    n = elements_beyond_the_device(4)
+    big = chain([activation("RELU", np.float32, (n,)), activation("SIGMOID", np.float32, (n,))])
     for client, status in ((h, "400"), (g, "StatusCode.INVALID_ARGUMENT")):
         code, message = refused(lambda: client.load_model("big", config=json.dumps(big)))
         assert code == status and "Graph.Nodes[0].Operator.InputTensor" in message, message
