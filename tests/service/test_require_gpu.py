@@ -7,6 +7,7 @@ import sys
 
 import httpx
 import numpy as np
+import pytest
 
 from service.__main__ import NO_GPU
 from service.vulkan_probe import PhysicalDevice, gpu_missing, physical_devices
@@ -42,7 +43,10 @@ def run_service(**env: str) -> subprocess.CompletedProcess:
 
 
 def test_without_a_gpu_the_service_exits_with_one_line():
-    assert all(d.is_cpu for d in physical_devices()), "this test needs a machine without a GPU"
+    gpus = [d.name for d in physical_devices() if not d.is_cpu]
+    if gpus:
+        pytest.skip(f"this machine has a GPU ({', '.join(gpus)}): the service would start on it "
+                    "(test_no_gpu_is_said_with_what_there_is covers the refusal without one)")
     proc = run_service(VKACT_REQUIRE_GPU="1")
     assert proc.returncode == NO_GPU == 2
     lines = proc.stderr.strip().splitlines()
