@@ -138,8 +138,11 @@ def distinct_requests(client: httpx.Client, start: int, count: int) -> None:
 @pytest.mark.timeout(600)
 def test_worker_memory_levels_off_over_distinct_descriptors():
     """Four rounds of 100 distinct descriptors each: the pipelines the engine keeps are capped, so the
-    device worker's memory after the last rounds grows far less than the first round made it grow
-    (measured on lavapipe, MiB after each round: 124, 223, 234, 235, 236; uncapped: 125, 252, 363, 461, 547)."""
+    device worker's memory in the last round grows far less than the first round made it grow, where
+    uncapped every round adds about as much as the first (measured, MiB after each round: lavapipe
+    124, 223, 234, 235, 236; uncapped 125, 252, 363, 461, 547; an H200's driver settles over more
+    rounds once the cap is reached: 141, 187, 220, 236, 242, so the last round is compared, not the
+    last two)."""
     server = start_server(max_pipelines=32, idle_release_s=3600)
     try:
         with server.client() as client:
@@ -148,7 +151,7 @@ def test_worker_memory_levels_off_over_distinct_descriptors():
             for round_ in range(4):
                 distinct_requests(client, 100 * round_, 100)
                 sizes.append(rss(pid))
-            first, last = sizes[1] - sizes[0], sizes[4] - sizes[2]
+            first, last = sizes[1] - sizes[0], sizes[4] - sizes[3]
             assert last < max(first // 4, 16 << 20), [s >> 20 for s in sizes]
     finally:
         stop_server(server)
