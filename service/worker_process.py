@@ -290,6 +290,7 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
         "max_tensor_bytes": engine.max_tensor_bytes,
         "features_enabled": sorted(engine.features_enabled),   # what the patched kp enabled
         "kernel_features": sorted(engine.kernel_features),     # what the kernels use (VKACT_NATIVE_64BIT)
+        "nan_preserving_widths": list(engine.nan_preserving_widths),  # SignedZeroInfNanPreserve (spirv_float_controls)
         "max_workgroup_count": engine.max_workgroup_count,
         "local_size": engine.local_size,
         "shader_variants": variants,

@@ -96,6 +96,8 @@ def test_catalog_and_device(http):
     limit = probed.max_storage_buffer_range
     assert device["limits"]["max_buffer_bytes"] == limit and device["limits"]["max_tensor_bytes"] == limit // 16 * 16 - 16
     assert device["feature_level"] == "DML_FEATURE_LEVEL_6_4"
+    # NaN kept by request where the device offers it (all of lavapipe, SwiftShader and NVIDIA's do)
+    assert device["nan_preserving_widths"] == (list(probed.nan_preserving_widths) if probed.preserves_nan else [])
 
 
 @pytest.mark.parametrize("encoding", ["binary", "json"])

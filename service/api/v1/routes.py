@@ -277,6 +277,8 @@ async def device(worker: WorkerDep, settings: SettingsDep) -> dict[str, Any]:
         # the device features the patched kp enabled, and those the kernels use (VKACT_NATIVE_64BIT)
         "features": {"enabled": info.get("features_enabled", []), "used_by_kernels": info.get("kernel_features", []),
                      "reported": dev.get("features", [])},
+        # float widths whose NaN, Inf and -0 the kernels ask the device's compiler to keep (service/spirv_float_controls.py)
+        "nan_preserving_widths": info.get("nan_preserving_widths", []),
         "data_types_64bit": _data_types(kernel_features(info)),
         "queue_size": settings.queue_size,
         "max_batch": worker.max_batch,
