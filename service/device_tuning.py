@@ -31,7 +31,8 @@ LLVMPIPE_UNITS_PER_INVOCATION = 16
 # CPU driver each batched job's elements cost as much as alone, the batch saves one submission and
 # one message per job, and 8 was where 8 clients stopped gaining (measured on llvmpipe). A GPU runs a
 # batch's extra elements almost for free next to a submission, so it takes larger batches; 32 is a
-# default reasoned from that, not measured yet (no GPU has run vkact): VKACT_MAX_BATCH overrides it.
+# default reasoned from that, not measured yet (the first GPU runs, on an NVIDIA H200, measured kernels, not
+# batching: bench/RESULTS.md): VKACT_MAX_BATCH overrides it.
 CPU_MAX_BATCH = 8
 GPU_MAX_BATCH = 32
 
