@@ -12,6 +12,7 @@ every message already there (both ends of a 1,024-element request: 5.8 -> 3.1 us
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 import struct
@@ -51,6 +52,59 @@ def send(fd: int, *msg: Any) -> None:
     write(fd, encode(*msg))
 
 
+class Writer:
+    """Messages to the other end from an event loop, never blocking it: the descriptor is made
+    non-blocking, what the socket takes at once is written, and the rest (a message larger than the
+    socket's buffer while the worker is busy: a graph plan is 100 KiB at 64 nodes, the buffer ~200 KiB)
+    waits here and is written as the socket drains. A message written while others wait goes after them,
+    so the messages keep their order. Only this end's descriptor changes: the other end stays blocking."""
+
+    def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
+        os.set_blocking(fd, False)
+        self.fd, self._loop = fd, loop
+        self._pending = bytearray()
+
+    @property
+    def pending(self) -> int:
+        """Bytes waiting for room in the socket."""
+        return len(self._pending)
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` (one or more encoded messages) now, or after the bytes already waiting.
+        OSError (other than a full socket) when the other end is gone."""
+        if self._pending:
+            self._pending += data
+            return
+        try:
+            written = os.write(self.fd, data)
+        except BlockingIOError:
+            written = 0
+        if written < len(data):
+            self._pending += memoryview(data)[written:]
+            self._loop.add_writer(self.fd, self._drain)
+
+    def send(self, *msg: Any) -> None:
+        self.write(encode(*msg))
+
+    def close(self) -> None:
+        """Drop what waits (the other end is gone) and stop watching the descriptor."""
+        if self._pending:
+            self._pending.clear()
+            self._loop.remove_writer(self.fd)
+
+    def _drain(self) -> None:
+        try:
+            written = os.write(self.fd, self._pending)
+        except BlockingIOError:
+            return
+        except OSError:  # the other end is gone: its exit is handled where the process is watched
+            self.close()
+            return
+        del self._pending[:written]
+        if not self._pending:
+            self._loop.remove_writer(self.fd)
+
+
 class Reader:
     """Messages from one end of the pair, in order. ``ready()`` reads once (call it when the descriptor
     is readable: it does not block then); ``next()`` blocks until a whole message is there."""
@@ -78,7 +132,10 @@ class Reader:
         return msg
 
     def _fill(self) -> None:
-        data = os.read(self.fd, _READ)
+        try:
+            data = os.read(self.fd, _READ)
+        except BlockingIOError:  # a non-blocking end (see Writer) woken with nothing to read
+            return
         if not data:
             raise EOFError("the other end of the pipe is closed")
         self._buffer += data

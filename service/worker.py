@@ -218,6 +218,7 @@ class DeviceWorker:
         self._proc: mp.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._reader: framing.Reader | None = None
+        self._writer: framing.Writer | None = None    # every message to the worker, in order, never blocking
         self._ready = asyncio.Event()
         self._dispatcher: asyncio.Task | None = None
         self._watchdog: asyncio.TimerHandle | None = None
@@ -261,6 +262,7 @@ class DeviceWorker:
         self._started_at = time.monotonic()
         child.close()
         loop = asyncio.get_running_loop()
+        self._writer = framing.Writer(parent.fileno(), loop)
         loop.add_reader(parent.fileno(), self._on_message)
         loop.add_reader(self._proc.sentinel, self._on_exit)
         if self._dispatcher is None:
@@ -299,9 +301,9 @@ class DeviceWorker:
         removed = self._pool.trim()
         if removed:
             log.info("removed %d idle tensor slot(s)", removed)
-        if self._conn is not None and self._ready.is_set():
+        if self._writer is not None and self._ready.is_set():
             try:
-                framing.send(self._conn.fileno(), "trim")
+                self._writer.send("trim")
             except OSError:
                 pass
 
@@ -317,15 +319,17 @@ class DeviceWorker:
         loop = asyncio.get_running_loop()
         if self._proc is not None:
             loop.remove_reader(self._proc.sentinel)
-            if self._conn is not None:
+            if self._conn is not None and self._writer is not None:
                 loop.remove_reader(self._conn.fileno())
                 try:
-                    framing.send(self._conn.fileno(), "stop")
+                    self._writer.send("stop")  # after whatever still waits to be written
                 except OSError:
                     pass
             await asyncio.get_running_loop().run_in_executor(None, self._proc.join, 5)
             if self._proc.is_alive():
                 self._proc.kill()
+        if self._writer is not None:
+            self._writer.close()
         self._pool.close()
 
     # -- requests -----------------------------------------------------------------------------------
@@ -459,27 +463,28 @@ class DeviceWorker:
         self.batches += 1
         self._inflight_batches += 1
         try:
-            assert self._conn is not None
+            writer = self._writer
+            assert writer is not None
             if batch[0].graph is not None:
                 job = batch[0]
                 mapping = job.slot.mapping
-                framing.send(self._conn.fileno(), "graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
+                writer.send("graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
             elif len(batch) == 1:
                 job = batch[0]
                 template = job.template
                 tid, new = self._templates.number(template)
                 go = framing.encode_compact("go", job.id, tid)
-                framing.write(self._conn.fileno(), framing.encode("template", tid, template) + go if new else go)
+                writer.write(framing.encode("template", tid, template) + go if new else go)
             else:
-                framing.send(self._conn.fileno(), "run", [(j.id, *j.template) for j in batch])
+                writer.send("run", [(j.id, *j.template) for j in batch])
         except OSError as exc:  # the worker is gone; _on_exit fails the jobs
             log.warning("sending %d job(s) failed: %s", len(batch), exc)
 
     def _forget(self, path: str) -> None:
         self._templates.drop_slot(path)
-        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+        if self._writer is not None and self._proc is not None and self._proc.is_alive():
             try:
-                framing.send(self._conn.fileno(), "forget", path)
+                self._writer.send("forget", path)
             except OSError:
                 pass
 
@@ -541,9 +546,10 @@ class DeviceWorker:
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._proc is not None and self._conn is not None
+        assert self._proc is not None and self._conn is not None and self._writer is not None
         loop.remove_reader(self._proc.sentinel)
         loop.remove_reader(self._conn.fileno())
+        self._writer.close()  # what waited for the dead worker is not for the next one
         code = self._proc.exitcode
         self._ready.clear()
         for job in self._inflight.values():

@@ -84,3 +84,29 @@ def test_a_compact_message_split_across_reads():
             assert reader.ready() == []
         a.sendall(frame[-1:])
         assert reader.ready() == [("go", 2**40, 7)]
+
+
+def test_the_writer_keeps_what_the_socket_cannot_take_in_order():
+    """framing.Writer (the event loop's end): a message larger than the socket's buffer is written in
+    part, the rest waits, later messages go after it, and all arrive whole and in order as the other
+    end reads; nothing ever blocks the writing side."""
+    import asyncio
+
+    async def scenario() -> None:
+        a, b = socket.socketpair()
+        with a, b:
+            loop = asyncio.get_running_loop()
+            writer = framing.Writer(a.fileno(), loop)
+            big = os.urandom(4 << 20)
+            writer.send("graph", big)             # returns at once: most of it waits
+            assert writer.pending > 0
+            writer.send("forget", "/dev/shm/x")   # after the big one, never before
+            writer.write(framing.encode_compact("go", 9, 1))
+            reader = framing.Reader(b.fileno())
+            got = [await asyncio.to_thread(reader.next) for _ in range(3)]  # the loop drains meanwhile
+            assert got == [("graph", big), ("forget", "/dev/shm/x"), ("go", 9, 1)]
+            assert writer.pending == 0
+            writer.send("stop")                   # room again: written at once
+            assert writer.pending == 0 and reader.next() == ("stop",)
+
+    asyncio.run(scenario())
