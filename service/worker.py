@@ -457,14 +457,21 @@ class DeviceWorker:
                 writer.send("graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
             elif len(batch) == 1:
                 job = batch[0]
-                template = job.template
-                tid, new = self._templates.number(template)
+                tid, definition = self._number(job)
                 go = framing.encode_compact("go", job.id, tid)
-                writer.write(framing.encode("template", tid, template) + go if new else go)
-            else:
-                writer.send("run", [(j.id, *j.template) for j in batch])
+                writer.write(definition + go if definition else go)
+            else:  # numbers too: a batch's jobs repeat the templates of the jobs before them
+                numbered = [self._number(j) for j in batch]
+                jobs = framing.encode_batch([(j.id, tid) for j, (tid, _) in zip(batch, numbered)])
+                writer.write(b"".join([definition for _, definition in numbered if definition]) + jobs)
         except OSError as exc:  # the worker is gone; _on_exit fails the jobs
             log.warning("sending %d job(s) failed: %s", len(batch), exc)
+
+    def _number(self, job: _Job) -> tuple[int, bytes]:
+        """``job``'s template number, and the message that defines it for the worker when it is new."""
+        template = job.template
+        tid, new = self._templates.number(template)
+        return tid, framing.encode("template", tid, template) if new else b""
 
     def _forget(self, path: str) -> None:
         self._templates.drop_slot(path)
@@ -496,9 +503,14 @@ class DeviceWorker:
             return
         self._inflight_batches -= 1
         self._window.release()
-        # "ok": a replayed job's (id, kernel seconds); "done": a reply per job, each (id, "done", kernel
-        # seconds, batch size) or (id, "error", ...)
-        replies = [(msg[1], "done", msg[2], 1)] if kind == "ok" else msg[1]
+        # "ok": a replayed job's (id, kernel seconds); "oks": (kernel seconds, ids) of the jobs of one
+        # dispatch; "done": a reply per job, each (id, "done", kernel seconds, batch size) or (id, "error", ...)
+        if kind == "ok":
+            replies = [(msg[1], "done", msg[2], 1)]
+        elif kind == "oks":
+            replies = [(job_id, "done", msg[1], len(msg[2])) for job_id in msg[2]]
+        else:
+            replies = msg[1]
         executions: list[tuple[type[OperatorDesc], int, float]] = []  # (operator, batch size, kernel seconds)
         for reply in replies:
             job = self._inflight.pop(reply[0], None)

@@ -96,9 +96,8 @@ class _Engines:
             if seconds is not None:
                 return framing.encode_compact("ok", job_id, seconds)
         template = self._templates.get(tid)
-        if template is None:  # never sent, or sent to a worker before this one: a bug, not the request's
-            log.error("job %d names template %d, which this worker was never given", job_id, tid)
-            return framing.encode("done", [(job_id, "error", "DeviceFailure", "device failure: the job's template is unknown", None)])
+        if template is None:
+            return framing.encode("done", [_unknown(job_id, tid)])
         reply = self._run_one(mappings, (job_id, *template))
         if reply[1] == "done":
             key, path, size, inputs, output, in_place = template
@@ -108,6 +107,21 @@ class _Engines:
             except VkactError:  # nothing to replay (an empty tensor dispatches nothing): it runs whole each time
                 pass
         return framing.encode("done", [reply])
+
+    def batch(self, mappings: dict[str, Mapping], numbered: tuple[tuple[int, int], ...]) -> bytes:
+        """Run the jobs of a "batch" message ((job id, template id) each) as one message's jobs
+        (``run_jobs``); the reply, encoded: "oks" when they all ran in one dispatch."""
+        jobs, replies = [], []
+        for job_id, tid in numbered:
+            template = self._templates.get(tid)
+            if template is None:
+                replies.append(_unknown(job_id, tid))
+            else:
+                jobs.append((job_id, *template))
+        replies += self.run_jobs(mappings, jobs) if jobs else []
+        if all(reply[1] == "done" and reply[3] == len(numbered) for reply in replies):
+            return framing.encode_oks(replies[0][2], [reply[0] for reply in replies])
+        return framing.encode("done", replies)
 
     def trim(self) -> None:
         """Free what the engines have not used since the last trim (idle_release_s apart)."""
@@ -187,6 +201,13 @@ class _Engines:
         engine.execute_batch(op, pairs, key)
         seconds = engine.stats.kernel_seconds - before
         return [(job[0], "done", seconds, len(jobs)) for job in jobs]
+
+
+def _unknown(job_id: int, tid: int) -> tuple:
+    """The reply to a job naming a template never sent (or sent to a worker before this one): a bug,
+    not the request's."""
+    log.error("job %d names template %d, which this worker was never given", job_id, tid)
+    return (job_id, "error", "DeviceFailure", "device failure: the job's template is unknown", None)
 
 
 def _buffers(mappings: dict[str, Mapping], path: str, size: int, inputs, output: tuple[int, int]) -> tuple[list[np.ndarray], np.ndarray]:
@@ -311,6 +332,8 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
             break
         if msg[0] == "go":
             framing.write(fd, engines.go(mappings, msg[1], msg[2]))
+        elif msg[0] == "batch":
+            framing.write(fd, engines.batch(mappings, msg[1]))
         elif msg[0] == "template":
             engines.define(msg[1], msg[2])
         elif msg[0] == "forget":
@@ -319,6 +342,6 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
             engines.trim()
         elif msg[0] == "graph":
             framing.send(fd, "done", [engines.run_graph(mappings, msg[1])])
-        else:  # "run": a batch
-            framing.send(fd, "done", engines.run_jobs(mappings, msg[1]))
+        else:  # the HTTP side sends no other kind: a bug there, not a reason to stop
+            log.error("unknown message %r from the HTTP process", msg[0])
     engines.close()

@@ -71,6 +71,22 @@ def test_compact_messages_among_pickled_ones():
         framing.write(a.fileno(), framing.encode("template", 3, template) + framing.encode_compact("go", 41, 3))
         framing.write(a.fileno(), framing.encode_compact("ok", 41, 2.5e-05) + framing.encode("stop"))
         assert reader.ready() == [("template", 3, template), ("go", 41, 3), ("ok", 41, 2.5e-05), ("stop",)]
+        # a batch's jobs and its answer: variable length, split anywhere
+        data = framing.encode_batch([(2**40, 3), (2**40 + 1, 255)]) + framing.encode_oks(1.5e-05, [2**40, 2**40 + 1])
+        got = []
+        for i in range(len(data)):
+            a.sendall(data[i : i + 1])
+            got += reader.ready()
+        assert got == [("batch", ((2**40, 3), (2**40 + 1, 255))), ("oks", 1.5e-05, (2**40, 2**40 + 1))]
+
+
+def test_batch_and_oks_messages():
+    a, b = socket.socketpair()
+    with a, b:
+        reader = framing.Reader(b.fileno())
+        framing.write(a.fileno(), framing.encode_batch([(2**40, 3), (7, 255)]) + framing.encode_oks(1.5e-05, [2**40, 7])
+                      + framing.encode_oks(0.0, [9]))
+        assert reader.ready() == [("batch", ((2**40, 3), (7, 255))), ("oks", 1.5e-05, (2**40, 7)), ("oks", 0.0, (9,))]
 
 
 def test_a_compact_message_split_across_reads():
