@@ -47,6 +47,7 @@ class _Engines:
         self._ops: OrderedDict[bytes, tuple[OperatorDesc, Any]] = OrderedDict()
         self._templates: dict[int, Template] = {}                  # by number (see _TemplateIds)
         self._replays: dict[int, Callable[[], float | None]] = {}  # what a template's first job did, to redo
+        self._pairs: dict[int, tuple[list[np.ndarray], np.ndarray]] = {}  # a template's views, for batches
         self._plans: OrderedDict[bytes, Any] = OrderedDict()       # GraphPlans by their pickled bytes
 
     def load_shaders(self) -> int:
@@ -80,6 +81,7 @@ class _Engines:
     def define(self, tid: int, template: Template) -> None:
         self._templates[tid] = template
         self._replays.pop(tid, None)
+        self._pairs.pop(tid, None)
 
     def go(self, mappings: dict[str, Mapping], job_id: int, tid: int) -> bytes:
         """Run a job of template ``tid`` with the bytes now in its slot; the reply, encoded. The first
@@ -109,19 +111,34 @@ class _Engines:
         return framing.encode("done", [reply])
 
     def batch(self, mappings: dict[str, Mapping], numbered: tuple[tuple[int, int], ...]) -> bytes:
-        """Run the jobs of a "batch" message ((job id, template id) each) as one message's jobs
-        (``run_jobs``); the reply, encoded: "oks" when they all ran in one dispatch."""
-        jobs, replies = [], []
-        for job_id, tid in numbered:
-            template = self._templates.get(tid)
-            if template is None:
-                replies.append(_unknown(job_id, tid))
-            else:
-                jobs.append((job_id, *template))
-        replies += self.run_jobs(mappings, jobs) if jobs else []
-        if all(reply[1] == "done" and reply[3] == len(numbered) for reply in replies):
-            return framing.encode_oks(replies[0][2], [reply[0] for reply in replies])
-        return framing.encode("done", replies)
+        """The jobs of a "batch" message ((job id, template id) each; the HTTP side batches only equal
+        keys) in one dispatch, on the engine that runs one of them alone: jobs of one workgroup each
+        make a batch of at most max_batch workgroups, which the small-dispatch engine's submit thread
+        runs sooner than the compute pool wakes (llvmpipe, 1,024-element SHRINK jobs: 2, 4, 8 in a
+        batch 29, 35, 45 us on the main engine, 22, 27, 37 on the small one). The reply, encoded: "oks";
+        if the batch fails, each job runs alone and answers for itself ("done")."""
+        templates = [self._templates.get(tid) for _, tid in numbered]
+        if None not in templates:
+            try:
+                key = templates[0][0]
+                pairs = [self._pair(mappings, tid, template) for (_, tid), template in zip(numbered, templates)]
+                op, engine = self.op(key)
+                before = engine.stats.kernel_seconds
+                engine.execute_batch(op, pairs, key)
+                return framing.encode_oks(engine.stats.kernel_seconds - before, [job_id for job_id, _ in numbered])
+            except Exception:  # noqa: BLE001 - each job is tried alone below and answers for itself
+                log.exception("a batch of %d jobs failed; running them one by one", len(numbered))
+        return framing.encode("done", [_unknown(job_id, tid) if template is None else self._run_one(mappings, (job_id, *template))
+                                       for (job_id, tid), template in zip(numbered, templates)])
+
+    def _pair(self, mappings: dict[str, Mapping], tid: int, template: Template) -> tuple[list[np.ndarray], np.ndarray]:
+        """A template's input and output views, made once (as a replayer keeps its own): a slot goes
+        back to request after request, so a batch repeats the templates of the jobs before it."""
+        pair = self._pairs.get(tid)
+        if pair is None:
+            _, path, size, inputs, output, _ = template
+            pair = self._pairs[tid] = _buffers(mappings, path, size, inputs, output)
+        return pair
 
     def trim(self) -> None:
         """Free what the engines have not used since the last trim (idle_release_s apart)."""
@@ -134,19 +151,10 @@ class _Engines:
         for tid in [t for t, template in self._templates.items() if template[1] == path]:
             del self._templates[tid]
             self._replays.pop(tid, None)
+            self._pairs.pop(tid, None)  # no view of the mapping may outlive it
         mapping = mappings.pop(path, None)
         if mapping is not None:
             mapping.close()
-
-    def run_jobs(self, mappings: dict[str, Mapping], jobs: list) -> list[tuple]:
-        """Run one message's jobs, one reply each. Several jobs (one descriptor) run as one dispatch;
-        if that fails, each runs alone, so that every job gets its own answer."""
-        if len(jobs) > 1:
-            try:
-                return self._run_batch(mappings, jobs)
-            except Exception:  # noqa: BLE001 - each job is tried alone below and answers for itself
-                log.exception("a batch of %d jobs failed; running them one by one", len(jobs))
-        return [self._run_one(mappings, job) for job in jobs]
 
     def _run_one(self, mappings: dict[str, Mapping], job: tuple) -> tuple:
         job_id, key, path, size, inputs, output, in_place = job
@@ -186,21 +194,6 @@ class _Engines:
         except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
             log.exception("graph job %d failed", job_id)
             return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
-
-    def _run_batch(self, mappings: dict[str, Mapping], jobs: list) -> list[tuple]:
-        """Jobs of one descriptor (the HTTP side batches only equal keys) in one dispatch, on the engine
-        that runs one of them alone: jobs of one workgroup each make a batch of at most max_batch
-        workgroups, which the small-dispatch engine's submit thread runs sooner than the compute pool
-        wakes (llvmpipe, 1,024-element SHRINK jobs: 2, 4, 8 in a batch 29, 35, 45 us on the main engine,
-        22, 27, 37 on the small one). Their views of the mappings die with this frame, so a later
-        'forget' can unmap them."""
-        key = jobs[0][1]
-        pairs = [_buffers(mappings, path, size, inputs, output) for _, _, path, size, inputs, output, _ in jobs]
-        op, engine = self.op(key)
-        before = engine.stats.kernel_seconds
-        engine.execute_batch(op, pairs, key)
-        seconds = engine.stats.kernel_seconds - before
-        return [(job[0], "done", seconds, len(jobs)) for job in jobs]
 
 
 def _unknown(job_id: int, tid: int) -> tuple:
