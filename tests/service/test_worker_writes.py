@@ -19,13 +19,22 @@ from service.worker import DeviceWorker
 from tests.graph_helpers import activation, chain, sample
 
 
+SEND_BUFFER = 1 << 15  # the HTTP end's, set small: the test does not depend on the system's default
+
+
+def _small_send_buffer(fd: int) -> None:
+    with socket.socket(fileno=os.dup(fd)) as end:
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+
+
 def _socket_capacity() -> int:
-    """Bytes a socket pair's end takes before a write would block (its buffer; the most of writes of a
-    few sizes, each write's overhead counting against it)."""
+    """Bytes such an end takes before a write would block (the most of writes of a few sizes, each
+    write's overhead counting against it)."""
     most = 0
     for size in (1 << 12, 1 << 16, 1 << 20):
         a, b = socket.socketpair()
         with a, b:
+            _small_send_buffer(a.fileno())
             a.setblocking(False)
             taken = 0
             try:
@@ -36,7 +45,7 @@ def _socket_capacity() -> int:
     return most
 
 
-NODES = 160  # a plan of ~250 KB (VKACT_MAX_GRAPH_NODES raised): two of them overflow the socket
+NODES = 64  # VKACT_MAX_GRAPH_NODES' default: a plan of ~100 KB
 
 
 def _long_chain_plan():
@@ -50,18 +59,19 @@ def _long_chain_plan():
 @pytest.mark.timeout(180)
 def test_job_messages_larger_than_the_socket_wait_without_blocking_the_loop():
     """The worker is stopped (SIGSTOP: it reads nothing, as while it runs a long job), and two graph
-    jobs whose plans together overflow its socket are handed to it. The event loop must go on running
+    jobs, each plan larger than what its socket takes, are handed to it. The event loop must go on running
     (here: a callback of its own, which then lets the worker go on); both jobs, and a job sent after
     them, are answered correctly once it reads again, in the order they were sent."""
     graph, plan = _long_chain_plan()
     key = pickle.dumps(plan)
-    assert 2 * len(key) > _socket_capacity()  # else the scenario would not fill the socket
+    assert len(key) > _socket_capacity()  # else the scenario would not fill the socket
     x = sample(np.float32, sizes=(64,))
 
     async def scenario() -> None:
         worker = DeviceWorker(Settings(pin_cpu="off"))  # in-process: never pin the test runner's thread
         worker.start()
         await worker.wait_ready(60)
+        _small_send_buffer(worker._conn.fileno())
         pid = worker.info["pid"]
         loop_ran = threading.Event()
         resumed_by_timer = threading.Event()
