@@ -1,4 +1,4 @@
-"""``python -m bench [--only kernels|service|v2|grpc|types64|accuracy|graphs|triton] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
+"""``python -m bench [--only kernels|service|v2|grpc|types64|accuracy|graphs|triton|gpu] [--driver swiftshader] [--sizes 20,24] [--repeat N] [--ops shrink,celu] [--out PATH]``"""
 from __future__ import annotations
 
 import argparse
@@ -36,7 +36,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "MLServer and the echo; writes a Markdown report.")
     parser.add_argument("--only", choices=tuple(PARTS), default=None,
                         help="run one part only (default: kernels, then service, then v2, then grpc, then types64: the 64-bit "
-                        "kernels, then accuracy: FLOAT64's ulp against mpmath, then graphs, then triton: vkact beside Triton Inference Server)")
+                        "kernels, then accuracy: FLOAT64's ulp against mpmath, then graphs, then triton: vkact beside Triton Inference Server; "
+                        "gpu, only when asked: the kernels beside PyTorch CUDA, scripts/gpu-run.sh)")
     parser.add_argument("--sizes", type=lambda s: [int(v) for v in _csv(s)], default=[20, 24], help="kernels: log2 element counts (default 20,24)")
     parser.add_argument("--repeat", type=int, default=10, help=f"kernels: timed runs of each measurement, after {WARMUP} warm-up runs")
     parser.add_argument("--ops", type=_csv, default=None, help="kernels: operators by short name, e.g. shrink,celu (default: all)")
@@ -136,6 +137,16 @@ def _write(out: Path, device_name: str, text: str, kind: str) -> None:
     print(f"\nwritten to {out}")
 
 
+def _engine_header(engine: Engine, load: float) -> list[tuple[str, str]]:
+    """Date, machine (with the load average at the start and now) and device lines of a kernel section."""
+    d = engine.device
+    return [
+        ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
+        ("Machine", f"{_machine()}; 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"),
+        ("Device", f"{d.name}; type {d.type}; driver {d.driver_name} {d.driver_info}; Vulkan {d.api_version}; tensors in {engine.memory} memory"),
+    ]
+
+
 def run_kernels(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     names = operators(args.ops)
@@ -152,9 +163,7 @@ def run_kernels(args: argparse.Namespace) -> None:
         engine.close()
     d = engine.device
     header = [
-        ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
-        ("Machine", f"{_machine()}; 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"),
-        ("Device", f"{d.name}; type {d.type}; driver {d.driver_name} {d.driver_info}; Vulkan {d.api_version}; tensors in {engine.memory} memory"),
+        *_engine_header(engine, load),
         ("Kernels", f"local size {engine.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
                     f"best (median) of {args.repeat} runs after {WARMUP} warm-up runs"),
         ("Peers", "; ".join(f"{name} {v}" if v else f"{name} not installed" for name, v in versions.items())
@@ -246,6 +255,19 @@ def run_accuracy(args: argparse.Namespace) -> None:
     engine.close()
 
 
+def _iree_graphs(device_name: str) -> str:
+    """The graphs section's IREE line: what ran, or why its column is empty."""
+    from . import iree_aot, iree_peer
+
+    v = iree_peer.version()
+    if v is None:
+        return (f"not installed (make bench installs it: pip install -e '.[bench]'; without the compiler, {iree_aot.ENV} "
+                "names a folder of modules compiled ahead of time: python -m bench.iree_aot)")
+    if iree_peer.device(device_name) is None:
+        return f"{v}; not compared: its Vulkan driver does not see {device_name} (it sees {iree_peer.devices()})"
+    return v
+
+
 def run_graphs(args: argparse.Namespace) -> None:
     from . import graphs, iree_peer
 
@@ -263,10 +285,34 @@ def run_graphs(args: argparse.Namespace) -> None:
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("Machine", f"{_machine()}; 1-minute load average {os.getloadavg()[0]:.1f} at the end (the CPUs are shared: medians of {args.repeat} interleaved rounds after {WARMUP} warm-up rounds)"),
         ("Device", f"{d.name}; driver {d.driver_name} {d.driver_info}; tensors in {engine.memory} memory"),
-        ("IREE", iree_peer.version() or "not installed (make bench installs it: pip install -e '.[bench]')"),
+        ("IREE", _iree_graphs(d.name)),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
     ]
     _write(args.out, d.name, graphs.section(d.name, header, log2, results, exact), "graphs")
+
+
+def run_gpu(args: argparse.Namespace) -> None:
+    """Every one-input operator's kernel against the copy shader and PyTorch CUDA (bench/gpu.py); not in the
+    default run: it measures something only where torch sees a CUDA device (scripts/gpu-run.sh runs it)."""
+    from . import gpu, torch_cuda_peer
+
+    started, load = time.perf_counter(), os.getloadavg()[0]
+    engine = Engine()
+    try:
+        engine.load_shaders()
+        results = [gpu.measure(engine, operators(args.ops), log2, args.repeat, WARMUP) for log2 in args.sizes]
+    finally:
+        engine.close()
+    d = engine.device
+    header = [
+        *_engine_header(engine, load),
+        ("Kernels", f"local size {engine.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
+                    f"{args.repeat} interleaved rounds after {WARMUP} warm-up rounds; each timed call dispatches and waits"),
+        ("PyTorch", torch_cuda_peer.status()[1]),
+        ("Accuracy", f"max ulp against the float64 reference over the first {gpu.ULP_ELEMENTS:,} elements (whole rows)"),
+        ("Runtime", f"{time.perf_counter() - started:.1f} s"),
+    ]
+    _write(args.out, d.name, gpu.section(d.name, header, results), "gpu")
 
 
 def run_triton(args: argparse.Namespace) -> None:
@@ -279,7 +325,9 @@ def run_triton(args: argparse.Namespace) -> None:
 
 
 PARTS = {"kernels": run_kernels, "service": run_service, "v2": run_v2, "grpc": run_grpc,
-         "types64": run_types64, "accuracy": run_accuracy, "graphs": run_graphs, "triton": run_triton}
+         "types64": run_types64, "accuracy": run_accuracy, "graphs": run_graphs, "triton": run_triton, "gpu": run_gpu}
+# Parts that the default run (no --only) leaves out.
+ONLY_ASKED = {"gpu"}
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -291,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     # the echo) are stopped by their context managers instead of being left running (seen with kill).
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = _args(argv)
-    for part in [args.only] if args.only else PARTS:
+    for part in [args.only] if args.only else [p for p in PARTS if p not in ONLY_ASKED]:
         PARTS[part](args)
 
 

@@ -114,7 +114,7 @@ def measure(engine: Engine, log2: int, repeat: int, warmup: int = 2) -> list[Gra
         tasks += [((f"node {i}", op.type_name()), vk.kernel(op)) for i, op in enumerate(graph.operators)]
         tasks.append(("copy", vk.copy(graph.operators[0])))
         kinds = [op.type_name().removeprefix("DML_OPERATOR_ACTIVATION_") for op in graph.operators]
-        iree = iree_peer.chain(kinds, x_array) if all(k in iree_peer.BODIES for k in kinds) else None
+        iree = iree_peer.chain(kinds, x_array, engine.device.name) if all(k in iree_peer.BODIES for k in kinds) else None
         if iree is not None:
             iree[0]()
             np.testing.assert_allclose(iree[1](), got[0].view(np.float32), rtol=1e-5, atol=1e-6, err_msg=f"{name}: IREE and vkact disagree")

@@ -1,12 +1,17 @@
 """IREE (``iree-base-compiler``, ``iree-base-runtime``; ``pip install '.[bench]'``) compiling the same
 elementwise chain for the same Vulkan device: one ``linalg.generic`` per node (IREE fuses them
 itself), compiled for ``vulkan-spirv`` and run on the ``vulkan`` driver with the input already on the
-device; the timed call is the invocation (which waits for its result), no host transfer."""
+device; the timed call is the invocation (which waits for its result), no host transfer.
+
+Without the compiler (the GPU machine, where it cannot travel), VKACT_IREE_AOT names a folder of the
+same programs compiled ahead of time (bench/iree_aot.py), which ``iree-base-runtime`` alone loads."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
+
+from . import iree_aot
 
 # The nodes' formulas with the scalars bench/graphs.py gives them (DirectML's defaults, LINEAR 0.5, 0.1).
 BODIES = {
@@ -29,13 +34,36 @@ BODIES = {
 }
 
 
-def version() -> str | None:
-    try:
-        from importlib.metadata import version as v
+def _installed(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version as v
 
-        return f"iree-base-compiler {v('iree-base-compiler')}, iree-base-runtime {v('iree-base-runtime')}"
-    except Exception:  # noqa: BLE001 - not installed: the column says so
+    try:
+        return v(package)
+    except PackageNotFoundError:
         return None
+
+
+def version() -> str | None:
+    """IREE as the bench uses it, or None where it cannot run (not installed; no compiler and no
+    VKACT_IREE_AOT folder)."""
+    runtime, compiler = _installed("iree-base-runtime"), _installed("iree-base-compiler")
+    if runtime is None:
+        return None
+    if compiler is not None:
+        return f"iree-base-compiler {compiler}, iree-base-runtime {runtime}"
+    aot = iree_aot.folder()
+    return None if aot is None else f"iree-base-runtime {runtime}, modules {iree_aot.describe(aot)}"
+
+
+def module(text: str) -> bytes | None:
+    """``text`` compiled for vulkan-spirv: by the compiler where installed, else from the VKACT_IREE_AOT
+    folder (None where that has no such module)."""
+    if _installed("iree-base-compiler") is not None:
+        import iree.compiler as ic
+
+        return ic.compile_str(text, target_backends=[iree_aot.BACKEND])
+    aot = iree_aot.folder()
+    return None if aot is None else iree_aot.load(aot, text)
 
 
 def mlir(kinds: list[str], n: int, bodies: dict[str, list[str]] = BODIES) -> str:
@@ -59,13 +87,14 @@ def mlir(kinds: list[str], n: int, bodies: dict[str, list[str]] = BODIES) -> str
 class IreeChain:
     """A compiled chain on IREE's Vulkan driver: ``run`` (timed) and ``output`` (the last result on the host)."""
 
-    def __init__(self, kinds: list[str], x: np.ndarray, bodies: dict[str, list[str]] = BODIES) -> None:
-        import iree.compiler as ic
+    def __init__(self, vmfb: bytes, x: np.ndarray, device: dict) -> None:
+        """On ``device``, one of the driver's query_available_devices() (see ``device``)."""
         import iree.runtime as rt
 
         self._rt = rt
-        vmfb = ic.compile_str(mlir(kinds, x.size, bodies), target_backends=["vulkan-spirv"])
-        self.config = rt.Config("vulkan")
+        # the runtime's cached device (by URI, its path the device's UUID): one destroyed with the
+        # interpreter in another order, as a create_device one is, segfaults at exit
+        self.config = rt.Config(device=rt.get_device(f"vulkan://{device['path']}"))
         ctx = rt.SystemContext(config=self.config)
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
         self._f = ctx.modules.module["chain"]
@@ -93,9 +122,29 @@ class IreeChain:
         return result[:n].view(np.float32).copy()
 
 
-def chain(kinds: list[str], x: np.ndarray) -> tuple[Callable[[], None], Callable[[], np.ndarray]] | None:
-    """(run, output) for IREE's compiled chain, or None where IREE or its Vulkan driver is missing."""
+def device(name: str) -> dict | None:
+    """IREE's Vulkan device that is vkact's ``name`` (its names append the driver's: "llvmpipe (LLVM
+    15.0.6, 256 bits) (llvmpipe Mesa 22.3.6 (LLVM 15.0.6))"), or None where it sees none: a machine
+    with a GPU may list a CPU driver too, and in any order."""
+    import iree.runtime as rt
+
+    return next((d for d in rt.get_driver("vulkan").query_available_devices() if d["name"].startswith(name)), None)
+
+
+def devices() -> str:
+    import iree.runtime as rt
+
+    return ", ".join(d["name"] for d in rt.get_driver("vulkan").query_available_devices()) or "none"
+
+
+def chain(kinds: list[str], x: np.ndarray, device_name: str) -> tuple[Callable[[], None], Callable[[], np.ndarray]] | None:
+    """(run, output) for IREE's compiled chain on vkact's device ``device_name``, or None where IREE, a
+    module compiled ahead of time for this chain and size, or that device is missing."""
     if version() is None:
         return None
-    peer = IreeChain(kinds, x)
+    vmfb = module(mlir(kinds, x.size))
+    on = device(device_name) if vmfb is not None else None
+    if on is None:
+        return None
+    peer = IreeChain(vmfb, x, on)
     return peer.run, peer.output

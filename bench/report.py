@@ -193,7 +193,7 @@ rounded once to double (`bench/accuracy.py`, the cases `tests/engine/test_float6
 the worst error in ulp over each case's points, against issue 17's bound of 4 ulp (PASS or ABOVE).
 """
 
-_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc|types64|accuracy|graphs|triton|profile): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
+_SECTION = re.compile(r"<!-- (?P<kind>device|service|v2|grpc|types64|accuracy|graphs|triton|profile|gpu): (?P<name>.*?) -->\n.*?<!-- end (?P=kind) -->", re.S)
 
 
 @dataclass

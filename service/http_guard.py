@@ -133,10 +133,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             super().on_headers_complete()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app) -> None:  # type: ignore[override]
+        self._mark(cycle)
+        super()._start_asgi_task(cycle, app)
+
+    def _mark(self, cycle: RequestResponseCycle) -> None:
+        """Put what vkact's routes use of this protocol in ``cycle``'s scope, before it runs."""
         if not cycle.access_log:  # FrameResponse writes its answer whole on this cycle (api.execution.send_whole)
             cycle.scope[CYCLE_KEY] = cycle  # type: ignore[literal-required]
         cycle.scope[DEPARTURE_KEY] = self._departure  # type: ignore[literal-required]
-        super()._start_asgi_task(cycle, app)
 
     def _departure(self) -> asyncio.Future[None]:
         """A request's client departure (api.execution.departure): a future this connection's loss

@@ -12,6 +12,10 @@ deadline, body idle limit, connection bound). At the first request it does not t
 a chunked or larger body, Expect, an upgrade, HTTP/1.0, anything odd) the connection's bytes from that
 request on go to the httptools parser, which has the connection from then on.
 
+A repeated binary inference (its JSON header parsed before) skips the ASGI machinery altogether: it is
+answered on the direct path (service/http_direct.py), whose DirectCycle stands in this protocol where
+uvicorn's cycle stands, and goes to the route on uvicorn's cycle whenever the route must decide.
+
 Selected by ``python -m service`` unless VKACT_HTTP_NATIVE=0 (http_guard's protocol alone then).
 """
 from __future__ import annotations
@@ -19,8 +23,10 @@ from __future__ import annotations
 import asyncio
 
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
-from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from .api.hot_routes import VkactApp
+from .http_direct import DirectCycle, direct_route
 from .http_guard import GuardedHttpToolsProtocol, _busy
 from .limits import NATIVE_HTTP_BODY, NATIVE_HTTP_HEAD
 from .native import h1http
@@ -37,6 +43,8 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         # uvicorn's ProxyHeadersMiddleware changes nothing in a request without X-Forwarded-* headers: such
         # a request goes straight to the app inside it (one coroutine and a scan of the headers fewer)
         self.inner = self.app.app if isinstance(self.app, ProxyHeadersMiddleware) else self.app
+        # the direct path answers for vkact's app only, and only without an access log (uvicorn's cycle writes it)
+        self.direct_app = self.inner if isinstance(self.inner, VkactApp) and not self.access_log else None
 
     def data_received(self, data: bytes) -> None:
         session = self.native
@@ -67,31 +75,58 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
             self._since = self.loop.time()  # a body's bytes came: its idle time starts again
 
     def _request(self, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, keep_alive: bool) -> None:
-        """One complete request, run as HttpToolsProtocol.on_headers_complete and on_message_complete run it."""
+        """One complete request, run as HttpToolsProtocol.on_headers_complete and on_message_complete run it,
+        or on the direct path (service/http_direct.py)."""
+        cycle: RequestResponseCycle | DirectCycle
+        if len(self.connections) <= self.max_connections:
+            app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
+            direct = direct_route(path, headers) if app is self.direct_app else None
+        else:  # POST: never a liveness probe
+            app, direct = _busy, None
+            self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
+        existing = self.cycle
+        if direct is not None:
+            self.cycle = cycle = DirectCycle(self, path, raw_path, headers, body, keep_alive, direct)
+        else:
+            self.cycle = cycle = self._cycle(path, raw_path, headers, body, keep_alive)
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:  # pipelined behind an answer in progress: queued, and no more reading meanwhile
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
+
+    def _cycle(self, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, keep_alive: bool) -> RequestResponseCycle:
+        """uvicorn's request cycle of a complete request, its whole body there (HttpToolsProtocol.on_message_complete)."""
         scope = {
             "type": "http", "asgi": self.asgi, "http_version": "1.1", "server": self.server, "client": self.client,
             "scheme": self.scheme, "root_path": "", "headers": headers, "state": self.app_state.copy(),
             "method": "POST", "path": path, "raw_path": raw_path, "query_string": b"",
         }
-        if len(self.connections) <= self.max_connections:
-            app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
-        else:  # POST: never a liveness probe
-            app = _busy
-            self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
-        existing = self.cycle
-        self.cycle = cycle = RequestResponseCycle(
+        cycle = RequestResponseCycle(
             scope=scope, transport=self.transport, flow=self.flow, logger=self.logger, access_logger=self.access_logger,
             access_log=self.access_log, default_headers=self.server_state.default_headers,
             message_event=asyncio.Event(), expect_100_continue=False, keep_alive=keep_alive,
             on_response=self.on_response_complete)
         cycle.body = body  # bytes: receive() hands it on without a copy
         cycle.more_body = False
-        cycle.message_event.set()  # the whole body is there (HttpToolsProtocol.on_message_complete)
-        if existing is None or existing.response_complete:
-            self._start_asgi_task(cycle, app)
-        else:  # pipelined behind an answer in progress: queued, and no more reading meanwhile
-            self.flow.pause_reading()
-            self.pipeline.appendleft((cycle, app))
+        cycle.message_event.set()
+        return cycle
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle | DirectCycle, app) -> None:  # type: ignore[override]
+        if isinstance(cycle, DirectCycle):  # no scope to mark
+            HttpToolsProtocol._start_asgi_task(self, cycle, app)  # type: ignore[arg-type]
+        else:
+            super()._start_asgi_task(cycle, app)
+
+    async def run_cycle(self, direct: DirectCycle, app) -> None:
+        """Run ``direct``'s request on uvicorn's request cycle with ``app`` after all (its route, or an error's
+        answer), from ``direct``'s task; the cycle takes its place in the protocol."""
+        cycle = self._cycle(direct.path, direct.raw_path, direct.headers, direct.body, direct.keep_alive)
+        cycle.disconnected = direct.disconnected
+        if self.cycle is direct:
+            self.cycle = cycle
+        self._mark(cycle)
+        await cycle.run_asgi(app)
 
     # -- keep-alive: uvicorn cancels a timer on every read and makes a new one after every answer; here
     #    one timer lives on, re-armed only when it fires (http_guard's way), the idle time read from the clock

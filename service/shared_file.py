@@ -5,16 +5,23 @@ dies (slots.sweep_stale_files) and removed when it stops.
 A change takes an exclusive flock on a separate lock file, reads the document, writes a new file and
 renames it over the old one, so a full /dev/shm fails the change, never the document, and a reader (no
 lock) sees the old document or the new one whole. Readers reparse only when the file was replaced: an
-unchanged document costs one open and one fstat. Large texts (a graph model's config, up to 1 MiB) are
+unchanged document costs one stat. Large texts (a graph model's config, up to 1 MiB) are
 attachments beside it (``{path}.{token}``) that the document names, so a change never makes every
 process reparse them all on its event loop.
+
+A change runs in a thread (``in_thread``: the lock may wait on another process); a caller cancelled
+meanwhile (its client left, its deadline passed) abandons it unless its write has begun, and is
+answered only when the thread is done, so a cancelled change leaves nothing behind and nothing of it
+lands after a later change.
 """
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
@@ -22,6 +29,7 @@ from typing import Any, Generic, TypeVar
 from .errors import VkactError
 
 T = TypeVar("T")
+R = TypeVar("R")
 #: Hex digits of an attachment's token (slots._OWNED_NAME sweeps ``.json.`` and this many of them).
 ATTACHMENT_TOKEN = 16
 
@@ -30,6 +38,45 @@ class SharedFileWriteFailed(VkactError):
     """The document could not be written (no room in /dev/shm): nothing changed."""
 
     status = 507
+
+
+class Abandoned(Exception):
+    """The change's caller was cancelled before its write began: nothing was written."""
+
+
+class Commit:
+    """Whether a change handed to a thread is written: ``begin`` (under the file's lock, just before the
+    write) lets it go ahead unless the caller abandoned it first; one that began completes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abandoned = self._begun = False
+
+    def begin(self) -> None:
+        with self._lock:
+            if self._abandoned:
+                raise Abandoned
+            self._begun = True
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+
+
+async def in_thread(change: Callable[[Commit], R]) -> R:
+    """``change(commit)`` in a thread, off the event loop; it passes ``commit`` to ``SharedFile.changing``.
+    Cancelled before the write began, the change is abandoned (``change`` undoes what it did before,
+    as it does for any failure); cancelled after, it completes. Either way CancelledError comes only
+    once the thread is done: whoever changes the file next (a reload the caller's lock held back) comes
+    after it, never before."""
+    commit = Commit()
+    done = asyncio.ensure_future(asyncio.to_thread(change, commit))
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:   # (shield marks what ``done`` raises, Abandoned or a failure, as retrieved)
+        commit.abandon()
+        await asyncio.wait([done])
+        raise
 
 
 class SharedFile(Generic[T]):
@@ -44,19 +91,27 @@ class SharedFile(Generic[T]):
         self._value: T = empty()
 
     def current(self) -> T:
-        """The document, reparsed only when the file was replaced (a rename is atomic: no lock)."""
+        """The document, reparsed only when the file was replaced (a rename is atomic: no lock). An
+        unchanged file costs one stat (the device worker handle asks for a model's batching per queued job)."""
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            info = None
+        if info is None or (info.st_ino, info.st_mtime_ns, info.st_size) != self._seen:
+            self._reload()
+        return self._value
+
+    def _reload(self) -> None:
+        """Parse the file as it is now (perhaps replaced again since it was stat'ed: the one opened is kept)."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             if self._seen is not None:
                 self._seen, self._value = None, self._empty()
-            return self._value
+            return
         try:
             info = os.fstat(fd)
-            seen = (info.st_ino, info.st_mtime_ns, info.st_size)
-            if seen != self._seen:
-                self._value, self._seen = self._parse(fd, info.st_size), seen
-            return self._value
+            self._value, self._seen = self._parse(fd, info.st_size), (info.st_ino, info.st_mtime_ns, info.st_size)
         finally:
             os.close(fd)
 
@@ -77,9 +132,9 @@ class SharedFile(Generic[T]):
             os.close(fd)
 
     @contextmanager
-    def changing(self) -> Iterator[T]:
+    def changing(self, commit: Commit | None = None) -> Iterator[T]:
         """The document to change (parsed for the change), under the lock; written (a new file,
-        renamed) when the block ends without an exception."""
+        renamed) when the block ends without an exception and ``commit`` (see ``in_thread``) lets it."""
         try:
             lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:  # no inode left in /dev/shm
@@ -88,6 +143,8 @@ class SharedFile(Generic[T]):
             fcntl.flock(lock, fcntl.LOCK_EX)
             value = self._fresh()
             yield value
+            if commit is not None:
+                commit.begin()
             self._write(value)
         finally:
             os.close(lock)  # releases the lock

@@ -121,7 +121,7 @@ def owner_tag(pid: int) -> str:
 
 
 #: A server's documents shared by its HTTP processes (shared_file.SharedFile): vkact-KIND-PID-START.json.
-SERVER_FILES = ("regions", "graphs")   # shared-memory registrations; loaded graph models
+SERVER_FILES = ("regions", "graphs", "batching")   # shared-memory registrations; loaded graph models; models' batching
 
 
 def server_file(kind: str, server: int) -> str:

@@ -195,8 +195,9 @@ class DeviceWorker:
         self._queue: deque[_Job] = deque()
         self._inflight: dict[int, _Job] = {}
         self._inflight_batches = 0
-        #: the models' own batch limits (load_model with a config), below max_batch
-        self.batch_limits: dict[type[OperatorDesc], int] = {}
+        #: a model's own batch limit (load_model with a config, the server's: dataplane.batching), None
+        #: where it has none; never above max_batch
+        self.model_batch_limit: Callable[[type[OperatorDesc]], int | None] = lambda op: None
         #: told (operator type, jobs, kernel seconds) for each dispatch the device answers: an execution
         self.on_execution: Callable[[type[OperatorDesc], int, float], None] | None = None
         self._window = _Window(IN_FLIGHT)
@@ -224,7 +225,8 @@ class DeviceWorker:
 
     def batch_limit(self, op: type[OperatorDesc]) -> int:
         """Jobs of ``op`` per dispatch: its model's limit where one was set, never above max_batch."""
-        return min(self.batch_limits.get(op, self.max_batch), self.max_batch)
+        own = self.model_batch_limit(op)
+        return self.max_batch if own is None else min(own, self.max_batch)
 
     @property
     def ready(self) -> bool:

@@ -31,7 +31,10 @@ MARK_WAIT_S = 30.0      # how long a marker may take through the FIFO (subproces
 
 
 def _die_with_parent() -> None:
-    """In the drain's process before exec: Linux ends it when pytest ends, however pytest ends."""
+    """In the drain's process before exec: Linux ends it when pytest ends, however pytest ends; an interrupt
+    (Ctrl-C, `timeout -s INT`: sent to the whole process group) is left to pytest, which still reads the log
+    when it stops (an ignored signal stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -105,7 +108,9 @@ _log: ValidationLog | None = None
 def pytest_configure(config: pytest.Config) -> None:
     global _log
     if ENABLED and _log is None:
-        if not any(Path(d, "VkLayer_khronos_validation.json").is_file() for d in LAYER_DIRS):
+        # the loader also reads VK_LAYER_PATH / VK_ADD_LAYER_PATH (scripts/gpu-run.sh unpacks the layer under /tmp)
+        extra = [d for var in ("VK_LAYER_PATH", "VK_ADD_LAYER_PATH") for d in os.environ.get(var, "").split(":") if d]
+        if not any(Path(d, "VkLayer_khronos_validation.json").is_file() for d in (*extra, *LAYER_DIRS)):
             raise pytest.UsageError("VKACT_VALIDATION=1 needs the Khronos validation layer: apt-get install vulkan-validationlayers")
         _log = ValidationLog()
 

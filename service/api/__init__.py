@@ -35,6 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = runtime.worker = DeviceWorker(settings)
         worker.on_execution = runtime.metrics.triton.execution
+        worker.model_batch_limit = runtime.batching.limit
         worker.start()  # readiness follows when the worker reports its device and shaders
         grpc_server = None
         if settings.grpc_port:
@@ -52,14 +53,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await worker.close()
         runtime.shared_memory.close()
         runtime.graphs.close()
+        runtime.batching.close()
 
     app = VkactApp(title="vkact", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,  # openapi.install
                   description="DirectML's activation operators on any Vulkan device")
-    # One registration file and one graph model file per server, shared by its HTTP processes and kept
-    # across their restarts.
+    # One registration file, one graph model file and one model batching file per server, shared by its
+    # HTTP processes and kept across their restarts.
     server = registry_owner(settings.workers)
     registry = SharedMemoryRegistry(server_file("regions", server), settings.max_shm_regions)
-    runtime = app.runtime = Runtime(settings, Metrics(), registry, HeaderCache(), HeaderCache(), graphs_path=server_file("graphs", server))
+    runtime = app.runtime = Runtime(settings, Metrics(), registry, HeaderCache(), HeaderCache(),
+                                    graphs_path=server_file("graphs", server), batching_path=server_file("batching", server))
     errors.install(app)
     app.include_router(v1.router)
     app.include_router(health.router)

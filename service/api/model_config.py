@@ -1,7 +1,8 @@
 """What a model's Triton configuration says about batching, and load_model with a config: the settings
 vkact honours (max_batch_size, dynamic_batching) are applied to the model's batching in the device
-worker; any other field that differs from the served configuration is refused (400 /
-INVALID_ARGUMENT, naming the field), so a sweep never measures one thing while believing another.
+worker of every HTTP process of the server (dataplane.batching holds them); any other field that
+differs from the served configuration is refused (400 / INVALID_ARGUMENT, naming the field), so a
+sweep never measures one thing while believing another.
 
 vkact batches as Triton's dynamic batcher with no queue delay: requests of one elementwise model with
 equal shapes and parameters that queued while the device was busy run as one dispatch, up to
@@ -9,35 +10,19 @@ max_batch_size (VKACT_MAX_BATCH, the device's default otherwise). Reductions are
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
 from ..operators import OperatorDesc, short_name
 from .runtime import Runtime
+from ..dataplane.batching import Batching, batches
 from ..dataplane.models import config, kernel_features, metadata
 
 HONOURED = ("max_batch_size", "dynamic_batching")
 
 
-@dataclass(frozen=True)
-class Batching:
-    max_batch_size: int   # Triton's: 0, the model does not batch
-    dynamic: bool         # dynamic_batching present: queued requests run together
-
-    @property
-    def limit(self) -> int:
-        """Jobs per dispatch in the device worker."""
-        return self.max_batch_size if self.dynamic and self.max_batch_size > 1 else 1
-
-
-def batches(op: type[OperatorDesc]) -> bool:
-    """Whether the device worker can run several of this model's requests as one dispatch."""
-    return op.kind == "elementwise"
-
-
 def batching(state: Runtime, op: type[OperatorDesc]) -> Batching:
-    """The model's batching: as loaded with a config, or the service's."""
+    """The model's batching: as loaded with a config (through any process of the server), or the service's."""
     loaded = state.batching.get(op)
     if loaded is not None:
         return loaded
@@ -59,14 +44,14 @@ def model_config(state: Runtime, op: type[OperatorDesc]) -> dict[str, Any]:
     return config(op, chosen.max_batch_size, chosen.dynamic, features(state))
 
 
-def load(state: Runtime, op: type[OperatorDesc], text: str | None) -> None:
+async def load(state: Runtime, op: type[OperatorDesc], text: str | None) -> None:
     """load_model: no config restores the service's batching (Triton reloads the model from its
-    repository); a config (Triton's JSON, as ``parameters.config``) sets it, or is refused whole."""
+    repository); a config (Triton's JSON, as ``parameters.config``) sets it, or is refused whole. Either
+    holds for every process of the server (dataplane.batching) once this returns."""
     worker = state.worker
     assert worker is not None
     if text is None:
-        state.batching.pop(op, None)
-        worker.batch_limits.pop(op, None)
+        await state.batching.apply(op, None)
         return
     asked, served = _parsed(text), model_config(state, op)
     normal, served_normal = _normal(asked), _normal(served)
@@ -89,9 +74,7 @@ def load(state: Runtime, op: type[OperatorDesc], text: str | None) -> None:
         raise InvalidRequest(f"vkact's dynamic batching never waits and has no other setting ({key})", f"config.dynamic_batching.{key}")
     if dynamic and size == 0:
         raise InvalidRequest("dynamic_batching needs max_batch_size above 0", "config.dynamic_batching")
-    chosen = Batching(size, dynamic)
-    state.batching[op] = chosen
-    worker.batch_limits[op] = chosen.limit
+    await state.batching.apply(op, Batching(size, dynamic))
 
 
 def refuse_load_parameters(names: Any) -> None:

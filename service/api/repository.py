@@ -43,7 +43,7 @@ async def load(state: Runtime, name: str, params: dict[str, Any]) -> None:
     if op is not None:
         if config is not None and is_graph_config(config):
             raise InvalidRequest(f"{name!r} is an operator model, built in: a graph model needs a name of its own", "name")
-        load_batching(state, op, config)
+        await load_batching(state, op, config)
     elif config is not None:
         await state.graphs.load(name, config, state.device())
     elif not state.graphs.has(name):

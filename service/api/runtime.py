@@ -16,15 +16,14 @@ from ..config import Settings
 from ..inflight import InflightBudget
 from ..shared_memory import SharedMemoryRegistry
 from .header_cache import HeaderCache
+from ..dataplane.batching import ModelBatching
 from ..dataplane.deadlines import Deadlines
 from ..dataplane.graph_models import GraphModels
 from ..dataplane.readiness import is_ready
 from ..dataplane.metrics import Metrics
 
 if TYPE_CHECKING:
-    from ..operators import OperatorDesc
     from ..worker import DeviceWorker
-    from .model_config import Batching
 
 
 @dataclass
@@ -36,16 +35,18 @@ class Runtime:
     v2_headers: HeaderCache[Any]
     worker: DeviceWorker | None = None  # set when the app starts (its lifespan), with the event loop
     grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
-    batching: dict[type[OperatorDesc], Batching] = field(default_factory=dict)  # set by load_model with a config
     graphs_path: str = ""  # the server's graph model file (slots.server_file); "": graphs.json beside the registry's
+    batching_path: str = ""  # the server's model batching file (slots.server_file); "": batching.json beside the registry's
     inflight: InflightBudget = field(init=False)  # request bytes in flight, HTTP's and gRPC's (VKACT_INFLIGHT_BYTES)
     graphs: GraphModels = field(init=False)  # graph models loaded through the repository extension
+    batching: ModelBatching = field(init=False)  # operator models' batching, set by load_model with a config
     deadlines: Deadlines = field(init=False)  # every execution's request_timeout_s, on one timer
 
     def __post_init__(self) -> None:
         self.inflight = InflightBudget(self.settings.inflight_limit)
-        path = self.graphs_path or os.path.join(os.path.dirname(self.shared_memory.path), "graphs.json")
-        self.graphs = GraphModels(self.settings, self.metrics.triton, path, self.device)
+        beside = os.path.dirname(self.shared_memory.path)
+        self.graphs = GraphModels(self.settings, self.metrics.triton, self.graphs_path or os.path.join(beside, "graphs.json"), self.device)
+        self.batching = ModelBatching(self.batching_path or os.path.join(beside, "batching.json"))
         self.deadlines = Deadlines(self.settings.request_timeout_s)
 
 

@@ -10,6 +10,7 @@ device, whatever wire it came on. It knows nothing of HTTP, gRPC or JSON.
 - graphs.py: graphs (DML_GRAPH_DESC) parsed, compiled in a thread, limited, run by input and output edge
   names and counted, for every front-end
 - graph_models.py: graphs loaded as /v2 and gRPC models (the repository extension), compiled once at load
+- batching.py: the operator models' batching set by load_model with a config, the server's (a /dev/shm file)
 - limits (service/limits.py): the fixed limits, in one place
 - descriptor_key: the canonical key of a descriptor (service/descriptors/canonical.py), which each front-end
   computes once per request and its header cache keeps

@@ -34,7 +34,7 @@ from ..descriptors import packed_strides
 from ..descriptors.graph import GraphDesc
 from ..descriptors.tensor import TensorDesc
 from ..errors import DescriptorError, InvalidRequest, UnknownOperator
-from ..shared_file import ATTACHMENT_TOKEN, SharedFile
+from ..shared_file import ATTACHMENT_TOKEN, Commit, SharedFile, in_thread
 from . import graphs
 from .graphs import CompiledGraph
 from .metrics import MODEL_VERSION, ModelStats, TritonMetrics
@@ -247,9 +247,11 @@ class GraphModels:
 
     async def load(self, name: str, text: str, device: dict | None) -> GraphModel:
         """Validate and compile the graph ``text`` (DML_GRAPH_DESC's JSON) as model ``name``, then put
-        it in place of any model of that name, for every process of the server. Nothing changes when it
-        fails. ``device``: the ready worker's report, once the device is known (its limits: every
-        inference checks them too)."""
+        it in place of any model of that name, for every process of the server. Nothing changes (no
+        attachment, no entry) when it fails or is cancelled (its client left, its deadline passed)
+        before the file is written; once written the load is complete, and a cancellation then comes
+        after it. Loads of one name at once: the last to write wins, whole. ``device``: the ready
+        worker's report, once the device is known (its limits: every inference checks them too)."""
         self._check_name(name)
         self._check_room(name, self._entries())
         if self._lock is None:
@@ -261,7 +263,8 @@ class GraphModels:
                 graphs.check_limits(graph, device["max_tensor_bytes"], self.settings.pool_bytes)
             compiled = await graphs.compile_graph(self.settings, graph, graphs.device_storage_buffers(device) if device else None)
             serial = os.urandom(ATTACHMENT_TOKEN // 2).hex()
-            await asyncio.to_thread(self._store, name, serial, text)   # the files' lock and writes, off the event loop
+            # the files' lock and writes, off the event loop; cancelled before its write, nothing is stored
+            await in_thread(lambda commit: self._store(name, serial, text, commit))
         self._entries()
         model = self._models[name] = self._model(name, compiled, inputs, outputs, serial)
         return model
@@ -269,14 +272,14 @@ class GraphModels:
     def _model(self, name: str, compiled: CompiledGraph, inputs: tuple[GraphTensor, ...], outputs: tuple[GraphTensor, ...], serial: str) -> GraphModel:
         return GraphModel(name, compiled, inputs, outputs, self._triton.model(name) or self._triton.add_model(name), serial)
 
-    def _store(self, name: str, serial: str, text: str) -> None:
+    def _store(self, name: str, serial: str, text: str, commit: Commit) -> None:
         self._file.attach(serial, text)   # first: a process that reads the new entry finds its config
         replaced = None
         try:
-            with self._file.changing() as entries:
+            with self._file.changing(commit) as entries:
                 self._check_room(name, entries)   # counted again under the lock: another process may have loaded one
                 replaced, entries[name] = entries.get(name), serial
-        except BaseException:
+        except BaseException:   # refused, abandoned (the load was cancelled), or not written
             self._file.detach(serial)
             raise
         if replaced is not None:
@@ -293,11 +296,11 @@ class GraphModels:
     async def unload(self, name: str) -> None:
         """Forget graph model ``name`` in every process (requests running on it finish); UnknownOperator
         when none is loaded."""
-        await asyncio.to_thread(self._remove, name)
+        await in_thread(lambda commit: self._remove(name, commit))
         self._entries()
 
-    def _remove(self, name: str) -> None:
-        with self._file.changing() as entries:
+    def _remove(self, name: str, commit: Commit) -> None:
+        with self._file.changing(commit) as entries:
             serial = entries.pop(name, None)
             if serial is None:
                 raise UnknownOperator(f"unknown model {name!r}: no operator model and no loaded graph model has that name")

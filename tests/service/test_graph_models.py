@@ -6,6 +6,8 @@ graphs: test_graph_infer.py."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -223,3 +225,30 @@ def test_loads_at_once(clients, http, graph_server):
     assert all("VKACT_MAX_GRAPH_MODELS" in r for r in results if r is not None)
     assert len({m["name"] for m in http.post("/v2/repository/index").json()} - set(MODELS)) == MAX_MODELS
     assert http.get("/v2/health/ready").status_code == 200
+
+
+def test_loads_cut_by_their_deadline_leave_the_files_whole(clients, http, graph_server):
+    """gRPC loads whose deadline passes while they parse, compile or store (the transport cancels the
+    call; test_model_loads.py holds a load at each point): each is refused DEADLINE_EXCEEDED or done,
+    and after each (a reload of another model waits for a cancelled load's thread) the server's graph
+    file names exactly the attachments beside it, every model listed answers its metadata, the
+    model loaded before serves on, and no request got a 500."""
+    h, g = clients
+    kept = lts(alpha=1.25)
+    h.load_model("kept", config=json.dumps(kept))
+    prefix = f"vkact-graphs-{graph_server.process.pid}-"
+    outcomes = []
+    for k in range(10):
+        try:
+            g.load_model("cut", config=json.dumps(lts(np.float16 if k % 2 else np.float32, alpha=2 + k / 16)), client_timeout=0.0005 * (k + 1))
+            outcomes.append("loaded")
+        except InferenceServerException as exc:
+            assert exc.status() == "StatusCode.DEADLINE_EXCEEDED", exc.message()
+            outcomes.append("cut")
+        h.load_model("kept", config=json.dumps(kept))
+        names = {m["name"] for m in http.post("/v2/repository/index").json()} - set(MODELS)
+        attachments = [n for n in os.listdir("/dev/shm") if n.startswith(prefix) and re.fullmatch(r"[0-9a-f]{16}", n.rsplit(".", 1)[-1])]
+        assert "kept" in names and len(attachments) == len(names), (names, attachments)
+        for name in names:
+            assert http.get(f"/v2/models/{name}").status_code == 200
+    assert "cut" in outcomes, outcomes   # at least one load was cancelled by its deadline

@@ -1,10 +1,13 @@
-"""Graph models are the server's, not one HTTP process's: with --workers 2 (connections spread over the
+"""Loaded models are the server's, not one HTTP process's: with --workers 2 (connections spread over the
 processes by SO_REUSEPORT, which no client chooses) a load through one connection is inferred, listed,
 described and ready through every other; a reload is answered everywhere after it returns; an unload
 is a 404 everywhere; VKACT_MAX_GRAPH_MODELS counts per server. Every answer is checked bit for bit
-against the graph's nodes run one by one as operator models (test_graph_infer.one_by_one)."""
+against the graph's nodes run one by one as operator models (test_graph_infer.one_by_one). An operator
+model's batching set by load_model with a config is likewise every process's, in its config and in
+the batches its device worker forms, until a load without a config restores the served one."""
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tg
+import tritonclient.grpc.aio as tg_aio
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
@@ -121,3 +125,75 @@ def test_a_graph_model_is_every_process_s(two_workers):
     with triton.InferenceServerClient(address(two_workers)) as client:
         client.unload_model("shared")
         assert graph_names(client) == set()
+
+
+BATCHED = "thresholded_relu"   # elementwise: batched; no other test of this module's server infers it
+AT_ONCE = 64
+
+
+def _batches_on_one_connection(server: Server) -> dict[int, int]:
+    """AT_ONCE requests of BATCHED at once over one new gRPC connection (so one process; a channel of its
+    own, as grpcio would share one to the same address), each checked against numpy; the batch sizes
+    that process's statistics grew by (asked over the same connection)."""
+    x = np.linspace(-2, 2, 4096, dtype=np.float32)
+
+    async def run() -> dict[int, int]:
+        client = tg_aio.InferenceServerClient(server.grpc, channel_args=[("grpc.use_local_subchannel_pool", 1)])
+        try:
+            async def sizes() -> dict[int, int]:
+                (entry,) = (await client.get_inference_statistics(BATCHED, as_json=True))["model_stats"]
+                return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in entry.get("batch_stats", [])}
+
+            async def one(k: int) -> None:
+                data = x + np.float32(k)
+                i = tg_aio.InferInput("InputTensor", [4096], "FP32").set_data_from_numpy(data)
+                got = (await client.infer(BATCHED, [i])).as_numpy("OutputTensor")
+                np.testing.assert_array_equal(got, np.where(data > 1.0, data, 0).astype(np.float32))  # Alpha 1, DirectML's default
+
+            before = await sizes()
+            await asyncio.gather(*(one(k) for k in range(AT_ONCE)))
+            after = await sizes()
+            return {size: n - before.get(size, 0) for size, n in after.items() if n != before.get(size, 0)}
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def test_a_model_s_batching_is_every_process_s(two_workers):
+    with triton.InferenceServerClient(address(two_workers)) as first:
+        served = first.get_model_config(BATCHED)
+        assert served["max_batch_size"] > 2 and served["dynamic_batching"] == {"max_queue_delay_microseconds": 0}
+        first.load_model(BATCHED, config=json.dumps({**served, "max_batch_size": 2}))
+    try:
+        def configured_with_two(client: triton.InferenceServerClient) -> None:
+            assert client.get_model_config(BATCHED) == {**served, "max_batch_size": 2}
+            assert client.get_model_metadata(BATCHED)["inputs"][0]["shape"] == [-1, -1]
+
+        each_connection(two_workers, configured_with_two)
+        for _ in range(6):   # new connections: both processes' device workers batch at most 2
+            sizes = _batches_on_one_connection(two_workers)
+            assert sum(size * n for size, n in sizes.items()) == AT_ONCE and max(sizes) <= 2, sizes
+
+        # no batching, set through gRPC (its port is SO_REUSEPORT too)
+        g = tg.InferenceServerClient(two_workers.grpc, channel_args=[("grpc.use_local_subchannel_pool", 1)])
+        try:
+            g.load_model(BATCHED, config=json.dumps({**{k: v for k, v in served.items() if k != "dynamic_batching"}, "max_batch_size": 0}))
+        finally:
+            g.close()
+
+        def not_batched(client: triton.InferenceServerClient) -> None:
+            config = client.get_model_config(BATCHED)
+            assert config["max_batch_size"] == 0 and "dynamic_batching" not in config
+
+        each_connection(two_workers, not_batched)
+        for _ in range(4):
+            assert set(_batches_on_one_connection(two_workers)) == {1}
+    finally:
+        with triton.InferenceServerClient(address(two_workers)) as client:
+            client.load_model(BATCHED)   # no config: the served batching again, everywhere
+
+    def as_served(client: triton.InferenceServerClient) -> None:
+        assert client.get_model_config(BATCHED) == served
+
+    each_connection(two_workers, as_served)

@@ -113,6 +113,24 @@ def test_pipelined_requests_of_both_parsers_are_answered_in_order(servers):
                 assert json.loads(body)["outputs"][0]["data"] == np.maximum(X, 0).tolist(), (name, i)
 
 
+def test_repeated_binary_requests_pipelined_answer_as_on_httptools(servers):
+    """Repeated binary headers, which the native port answers on the direct path (service/http_direct.py)
+    from the second on, pipelined on one connection: the same answers as httptools', in order, right."""
+    v2, v1 = CASES["v2 binary"], CASES["v1 binary"]
+    # then a chunked one, which hands the connection to httptools while direct ones queue before it
+    chunked = (b"POST /v1/execute HTTP/1.1\r\nHost: vkact\r\nTransfer-Encoding: chunked\r\n"
+               + b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in v1[2].items())
+               + b"\r\n%x\r\n" % len(v1[1]) + v1[1] + b"\r\n0\r\n\r\n")
+    raw = (raw_request(*v2) * 4 + raw_request(*v1) * 4 + chunked + raw_request(*v2)
+           + raw_request(v2[0], v2[1], {**v2[2], "Connection": "close"}))
+    native, plain = (exchange(servers[name], raw) for name in ("native", "httptools"))
+    assert [comparable(a) for a in native] == [comparable(a) for a in plain]
+    assert [status for status, _, _ in native] == [200] * 11
+    for _, headers, body in native:
+        assert body.endswith(np.maximum(X, 0).tobytes())
+    assert all(len(headers["x-request-id"]) == 32 for _, headers, _ in native[:4] + native[9:])
+
+
 def test_many_keep_alive_requests_split_anywhere(servers):
     """One connection, 40 requests, written in pieces that cut heads and bodies at every offset."""
     path, body, headers = CASES["v1 binary"]

@@ -202,11 +202,14 @@ def test_a_request_past_the_timeout_gets_504_and_the_service_carries_on():
 
 
 @pytest.mark.timeout(120)
-def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_runs():
+@pytest.mark.parametrize("header_seen", [False, True], ids=["route", "direct path"])
+def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_runs(header_seen):
     """Over HTTP: four large requests keep the device busy (two handed to the worker, two waiting in the
     queue, as nv_inference_pending_request_count shows: Triton's gauge counts only requests awaiting
     execution); a small one queued behind them is sent on a raw socket that hangs up once it waits. It
-    never reaches the device: CELU is executed zero times and counts one failure."""
+    never reaches the device: CELU is executed no more times and counts one failure. ``header_seen``: the
+    same request answered once before, so its header is cached and it takes the direct path
+    (service/http_direct.py)."""
     import socket
     import threading
 
@@ -221,6 +224,9 @@ def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_r
         body, headers = binary_request(request_body("CELU", small), small.view(np.uint8))
         gelu, celu = '{model="gelu",version="1"}', '{model="celu",version="1"}'
         with server.client(limits=httpx.Limits(max_connections=5)) as client:
+            if header_seen:
+                assert client.post("/v1/execute", content=body, headers=headers).status_code == 200
+            executed = _metric(client, f"nv_inference_exec_count{celu}")
             statuses: list[int] = []
             threads = [threading.Thread(target=lambda: statuses.append(client.post("/v1/execute", content=big_body, headers=big_headers).status_code))
                        for _ in range(4)]
@@ -245,7 +251,7 @@ def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_r
             while _metric(client, f"nv_inference_request_failure{celu}") < 1:
                 assert time.monotonic() < deadline, "the hung-up request was never counted"
                 time.sleep(0.01)
-            assert _metric(client, f"nv_inference_exec_count{celu}") == 0
+            assert _metric(client, f"nv_inference_exec_count{celu}") == executed
             assert _metric(client, f"nv_inference_pending_request_count{celu}") == 0
             assert _metric(client, "vkact_queue_depth") == 0
             one_request(client, 3)

@@ -64,8 +64,9 @@ def http_child(server) -> int:
 @pytest.mark.timeout(180)
 def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive():
     """``python -m service`` supervises its HTTP server: SIGKILL it (as SIGBUS or the OOM killer would)
-    and a new one serves, the dead one's slot files are gone, the shared-memory registrations and the
-    loaded graph models are kept; SIGTERM to the supervisor stops both and removes both files."""
+    and a new one serves, the dead one's slot files are gone, the shared-memory registrations, the
+    loaded graph models and a model's batching loaded with a config are kept (the server's, not the
+    process's); SIGTERM to the supervisor stops both and removes the three files."""
     server = start_server(supervised=True)
     key = f"/vk_test_{os.getpid()}_sup"
     x = np.linspace(-2, 2, 64, dtype=np.float32)
@@ -76,6 +77,8 @@ def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive
             assert client.post("/v2/systemsharedmemory/region/kept/register", json={"key": key, "byte_size": 2 * x.nbytes}).status_code == 200
             graph = chain([activation("LINEAR", np.float32, (64,), Alpha=2.0, Beta=0.0), activation("RELU", np.float32, (64,))])
             assert client.post("/v2/repository/models/twice_relu/load", json={"parameters": {"config": json.dumps(graph)}}).status_code == 200
+            batched = {**client.get("/v2/models/celu/config").json(), "max_batch_size": 3}
+            assert client.post("/v2/repository/models/celu/load", json={"parameters": {"config": json.dumps(batched)}}).status_code == 200
             one_request(client, 1)
             first = http_child(server)
             slots = [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-{first}-")]
@@ -92,6 +95,7 @@ def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive
                 time.sleep(0.2)
             assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"vkact-{first}-")]
             assert [r["name"] for r in client.get("/v2/systemsharedmemory/status").json()] == ["kept"]
+            assert client.get("/v2/models/celu/config").json() == batched
             answer = client.post("/v2/models/twice_relu/infer", json={"inputs": [{"name": "x", "shape": [64], "datatype": "FP32", "data": x.tolist()}]})
             assert answer.status_code == 200, answer.text   # compiled by the new process, from the server's file
             assert np.array_equal(np.array(answer.json()["outputs"][0]["data"], np.float32), np.maximum(2 * x, 0))
@@ -103,11 +107,12 @@ def test_the_supervisor_restarts_a_killed_http_process_and_registrations_survive
             with open(f"/dev/shm{key}", "rb") as f:
                 np.testing.assert_array_equal(np.frombuffer(f.read(), np.float32)[64:], np.maximum(x, 0))
             one_request(client, 2)
-        files = [n for n in os.listdir("/dev/shm") if n.startswith((f"vkact-regions-{server.process.pid}-", f"vkact-graphs-{server.process.pid}-"))]
-        assert len([n for n in files if n.endswith(".json")]) == 2
+        documents = tuple(f"vkact-{kind}-{server.process.pid}-" for kind in ("regions", "graphs", "batching"))
+        files = [n for n in os.listdir("/dev/shm") if n.startswith(documents)]
+        assert len([n for n in files if n.endswith(".json")]) == 3
         server.process.terminate()
         assert server.process.wait(30) == 0
-        assert not [n for n in os.listdir("/dev/shm") if n.startswith((f"vkact-regions-{server.process.pid}-", f"vkact-graphs-{server.process.pid}-"))]
+        assert not [n for n in os.listdir("/dev/shm") if n.startswith(documents)]
     finally:
         if server.process.poll() is None:
             stop_server(server)

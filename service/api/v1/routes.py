@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from client.codec import (
     HEADER_LENGTH,
+    CodecError,
     Encoding,
     binary_slices,
     decode_data,
@@ -23,10 +24,10 @@ from client.codec import (
 from ...config import Settings
 from ...descriptors import IMPLEMENTED_LEVEL, DataType, TensorDesc
 from ...descriptors import FeatureLevel as Level
-from ...errors import DescriptorError
+from ...errors import DescriptorError, VkactError
 from ...operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
 from ...dataplane import descriptor_key, device_report, ready_device
-from ...worker import DeviceWorker
+from ...worker import LARGE, DeviceWorker, Result
 from .catalog import catalog
 from .graphs import GraphBody, execute_graph
 from ...dataplane.models import kernel_features
@@ -34,7 +35,7 @@ from ..execution import FrameResponse, answered, binary_frame, count_against, fr
 from ..header_cache import HeaderCache
 from ...limits import INLINE_BYTES
 from ..json_text import check_answer_values, dumps, in_json_thread, load_header
-from ..runtime import device_worker, runtime
+from ..runtime import Runtime, device_worker, runtime
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -80,6 +81,35 @@ class Parsed:
         """The inputs of a binary frame with this header (and a tail of the length it was parsed with)."""
         assert self.binary is not None
         return [np.frombuffer(tail[o : o + n], np.uint8) for o, n in self.binary]
+
+    @property
+    def in_place(self) -> bool:
+        return self.req.InPlace
+
+    def output(self, result: Result) -> np.ndarray:
+        """A binary answer's output bytes in ``result``'s slot; its JSON header and HTTP headers built the first time."""
+        out = np.frombuffer(result.output, np.uint8)
+        if self.head is None or self.frame_headers is None:
+            self.head = dumps(_head(self.op, {"binary_data_size": out.nbytes}))
+            self.frame_headers = frame_headers(len(self.head), len(self.head) + out.nbytes)
+        return out
+
+
+def repeated(state: Runtime, header_length: str, body: memoryview) -> tuple[Parsed, memoryview] | None:
+    """A repeated binary frame answered in binary whose header was seen before, its output at most LARGE
+    bytes: its parse and tensor bytes, for the direct HTTP path (service/http_direct.py; the caller
+    checks the request carries no Content-Encoding). None for any other request, which ``execute``
+    decides (every error included)."""
+    try:
+        max_tensor_bytes = ready_device(state.worker)["max_tensor_bytes"]
+        raw, tail = frame_parts(body, header_length)
+    except (VkactError, CodecError):
+        return None
+    cache: HeaderCache[Parsed] = state.v1_headers
+    parsed = cache.get(cache.key(raw, len(tail), max_tensor_bytes)) if len(tail) else None
+    if parsed is None or parsed.encoding is not Encoding.BINARY or parsed.op.output.total_bytes > LARGE:
+        return None
+    return parsed, tail
 
 
 def parse_request(header: dict, tail: memoryview, max_tensor_bytes: int) -> tuple[Parsed, list[np.ndarray]]:
@@ -190,14 +220,14 @@ async def execute(request: Request) -> Response:
     result = await run_on_device(request, op, buffers, parsed.req.InPlace, parsed.key)
     if result is None:  # the client left
         return Response(status_code=499)
+    out = None
     try:
-        out = np.frombuffer(result.output, np.uint8)
         if parsed.encoding is Encoding.BINARY:
-            if parsed.head is None or parsed.frame_headers is None:
-                parsed.head = dumps(_head(op, {"binary_data_size": out.nbytes}))
-                parsed.frame_headers = frame_headers(len(parsed.head), len(parsed.head) + out.nbytes)
+            out = parsed.output(result)
+            assert parsed.head is not None and parsed.frame_headers is not None
             response: Response = FrameResponse(await binary_frame(parsed.head, [out]), parsed.frame_headers)
         else:
+            out = np.frombuffer(result.output, np.uint8)
             # a large answer is written in a thread (its values as Python objects, or base64): the loop stays free
             args = (op, out, parsed.encoding)
             response = Response(await in_json_thread(_text, *args) if out.nbytes > INLINE_BYTES else _text(*args), media_type="application/json")

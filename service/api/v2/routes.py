@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, frame_parts
+from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, CodecError, frame_parts
 
 from ...errors import InvalidRequest, UnknownOperator, VkactError
 from ...operators import OperatorDesc
@@ -27,14 +27,14 @@ from ...dataplane import descriptor_key, is_ready, ready_device
 from ..execution import FrameResponse, answered, binary_frame, frame_headers, count_against, read_body, request_body, run_on_device, within_budget
 from ..chunked_body import ChunkInput, Chunks
 from ..header_cache import HeaderCache
-from ..runtime import device_worker, runtime
+from ..runtime import Runtime, device_worker, runtime
 from ...limits import CONTROL_BODY_BYTES, GRAPH_CONFIG_BYTES, INLINE_BYTES
 from ..json_text import check_answer_values, in_json_thread, load_header
 from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
 from .encoding import choose_encoding, compress
 from .. import repository
 from ...dataplane.models import MODELS, find_model
-from ...worker import LARGE
+from ...worker import LARGE, Result
 from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
@@ -93,6 +93,11 @@ def _fresh_ids() -> Iterator[bytes]:
             fresh[6] = fresh[6] & 0x0F | 0x40  # version 4
             fresh[8] = fresh[8] & 0x3F | 0x80  # RFC 4122 variant
             yield fresh.hex().encode()
+
+
+def fresh_request_id() -> bytes:
+    """A new X-Request-ID (see request_id_of)."""
+    return _fresh_id()
 
 
 def _new_pool() -> None:  # at import, and in a forked child: never the parent's ids again
@@ -261,6 +266,7 @@ class _Parsed:
     plans: list[OutputPlan]
     head: bytes | None = None
     frame_headers: list[tuple[bytes, bytes]] | None = None  # the response's HTTP headers with ``head``, uncompressed
+    in_place = False  # an inference never runs in place (/v1 may: its Parsed says)
 
     @staticmethod
     def of(req: InferenceRequest, op: OperatorDesc, plans: list[OutputPlan]) -> _Parsed | None:
@@ -278,9 +284,39 @@ class _Parsed:
     def buffers(self, tail: memoryview) -> list[np.ndarray]:
         return [padded(tail[o : o + n], desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
 
+    def output(self, result: Result) -> np.ndarray:
+        """A repeated request's output bytes in ``result``'s slot; the response's HTTP headers with ``head``
+        (which every frame of this header shares: one length) built the first time."""
+        assert self.head is not None
+        data = np.frombuffer(result.output, np.uint8, output_bytes(self.op))
+        if self.frame_headers is None:
+            length = len(self.head)
+            self.frame_headers = [(b"vary", b"Accept-Encoding"), *frame_headers(length, length + data.nbytes)]
+        return data
+
     def sources(self, body: Chunks, start: int) -> list[ChunkInput]:
         """As buffers, from a body still in its chunks (the tail from ``start``): copied straight into the slot."""
         return [body.source(start + o, n, desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
+
+
+def repeated(state: Runtime, model: str, version: str | None, header_length: str, body: memoryview) -> tuple[_Parsed, memoryview] | None:
+    """A repeated binary request whose answer is its header's cached frame (no id, no shared memory, no
+    compression asked: the caller checks those headers), small (output at most LARGE bytes): its parse and
+    its tensor bytes, for the direct HTTP path (service/http_direct.py). None for any other request, which
+    _infer decides (every error included)."""
+    if model not in MODELS:  # a graph model, or unknown
+        return None
+    try:
+        model_class = find_model(model, version)
+        max_tensor_bytes = ready_device(state.worker)["max_tensor_bytes"]
+        raw, tail = frame_parts(body, header_length)
+    except (VkactError, CodecError):
+        return None
+    cache: HeaderCache[_Parsed] = state.v2_headers
+    parsed = cache.get(cache.key(raw, model_class, len(tail), max_tensor_bytes))
+    if parsed is None or parsed.head is None or output_bytes(parsed.op) > LARGE:
+        return None
+    return parsed, tail
 
 
 def _parse(body: memoryview, header_length: str | None, model: type[OperatorDesc], max_tensor_bytes: int,
@@ -347,10 +383,8 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         try:
             repeated = parsed is not None and parsed.head is not None and request_id is None
             if repeated:
-                data = np.frombuffer(result.output, np.uint8, output_bytes(op))
+                data = parsed.output(result)
                 header_length = len(parsed.head)
-                if parsed.frame_headers is None:  # every repeated frame of this header has this length
-                    parsed.frame_headers = [(b"vary", b"Accept-Encoding"), *frame_headers(header_length, header_length + data.nbytes)]
                 if coding is None and data.nbytes > LARGE:  # to the socket from the slot: no frame copied
                     held = result
                     response = FrameResponse((parsed.head, data), parsed.frame_headers, result, state.settings.body_timeout_s)

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The whole GPU check in one command, on a host with Python 3.12 (PyTorch, numpy, pytest, pytest-xdist,
+# hypothesis, httpx, grpcio, protobuf), no network and no Vulkan loader: the device tool's machine.
+# Run from the repo root with .gpu/ (scripts/gpu-bundle.sh) beside it; everything it writes goes to $OUT
+# (run.log, bench.log, graphs.log, tuning.log, RESULTS.md, and logs.tgz: the test steps' logs and junit files).
+#   a. python -m bench --only gpu at 2^VKACT_GPU_LOG2 FLOAT32 elements (default 26): kernels against the copy
+#      shader and PyTorch CUDA; its section of bench/RESULTS.md
+#   e. python -m bench --only graphs at 2^24 (issue 18's chains), IREE from the modules compiled ahead of time
+#      (.gpu/iree, scripts/iree-aot.sh), run with iree-base-runtime alone
+#   f. python -m bench.gpu_tuning: workgroup size x units per invocation, host against device memory
+#   b. tests/engine, glsl, descriptors, conformance in device memory under the Khronos validation layer
+#   c. the same in host memory
+#   d. tests/service, no validation
+# Each step under its own `timeout` (SIGINT first: pytest then prints its summary and writes its junit xml),
+# within VKACT_GPU_BUDGET_S seconds in all (default 400), in that order; a step with too little time left
+# is skipped and says so. The last lines are one summary line per step.
+# env: OUT (default /tmp/gpuout), PYTHON (default python3), VKACT_GPU_LOG2, VKACT_GPU_REPEAT (bench rounds,
+#      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S, VKACT_GPU_STEPS (default
+#      a,b,e,c,f,d: steps run in this order; a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/gpuout}
+mkdir -p "$OUT"
+# everything this script prints also goes to $OUT/run.log (a pipeline, so that it is whole when the script ends)
+if [[ -z ${VKACT_GPU_LOGGED:-} ]]; then
+  VKACT_GPU_LOGGED=1 OUT=$OUT bash "${BASH_SOURCE[0]}" "$@" 2>&1 | tee "$OUT/run.log"
+  exit "${PIPESTATUS[0]}"
+fi
+PY=${PYTHON:-python3}
+LOG2=${VKACT_GPU_LOG2:-26}
+REPEAT=${VKACT_GPU_REPEAT:-20}
+JOBS=${VKACT_GPU_JOBS:-8}
+BUDGET=${VKACT_GPU_BUDGET_S:-400}
+WIND_DOWN=15                  # seconds an interrupted step may take to stop (pytest's summary); then SIGKILL
+STEPS=${VKACT_GPU_STEPS:-a,b,e,c,f,d}
+START=$SECONDS
+SITE=/tmp/vkact-site          # the bundle's wheels
+DEBROOT=/tmp/vkact-root       # the bundle's packages other than the loader (into / only the loader goes)
+step() { printf '\n==> [%3d s] %s\n' $((SECONDS - START)) "$*"; }
+
+# --- the bundle -------------------------------------------------------------------------------------------
+step "installing .gpu/"
+[[ -d .gpu/wheels ]] || { echo "gpu-run.sh: no .gpu/ (run scripts/gpu-bundle.sh where there is a network, carry .gpu)"; exit 2; }
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/wheels/*.whl \
+  || { echo "gpu-run.sh: pip could not install .gpu/wheels"; exit 2; }
+export PYTHONPATH=$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}
+source scripts/gpu-sources.sh
+if [[ $(sources_hash) != "$(cat .gpu/SOURCES 2>/dev/null)" ]]; then
+  echo "gpu-run.sh: WARNING: .gpu/ was built from other sources (rerun scripts/gpu-bundle.sh): bundle vs here:"
+  diff <(cat .gpu/SOURCES 2>/dev/null) <(sources_hash)
+fi
+cp .gpu/native/*.so service/native/
+mkdir -p .cache/spirv && cp .gpu/spirv/*.spv .cache/spirv/
+# the loader and GLVND (NVIDIA's Vulkan ICD is libGLX_nvidia: it needs libGLdispatch and friends) go into /,
+# as the device tool's README does it; their X11 dependencies and everything else into $DEBROOT
+for deb in .gpu/debs/libvulkan1_*.deb .gpu/debs/gl/lib{egl1,glvnd0,opengl0,gl1,glx0,gles2}_*.deb; do
+  [[ -f $deb ]] && dpkg -x "$deb" /
+done
+ldconfig
+mkdir -p "$DEBROOT"
+for deb in .gpu/debs/*.deb .gpu/debs/gl/*.deb; do dpkg -x "$deb" "$DEBROOT"; done
+export LD_LIBRARY_PATH=$DEBROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH=$DEBROOT/usr/bin:$PATH
+export VK_LAYER_PATH=$DEBROOT/usr/share/vulkan/explicit_layer.d
+# a GPU must be seen before anything is measured: the loader's own search, then each NVIDIA ICD file named
+vk_gpu() { timeout 30 "$PY" -c 'from service.vulkan_probe import physical_devices as p; d = p(); print(d); raise SystemExit(not any(x.type != "cpu" for x in d))'; }
+NV_DIR=/usr/local/nvidia/share
+found=
+for icd in "" $NV_DIR/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
+  [[ -n $icd && ! -f $icd ]] && continue
+  if [[ -n $icd ]]; then
+    export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
+    [[ -f $NV_DIR/glvnd/egl_vendor.d/10_nvidia.json ]] && export __EGL_VENDOR_LIBRARY_FILENAMES=$NV_DIR/glvnd/egl_vendor.d/10_nvidia.json
+  fi
+  echo "Vulkan with ICD ${icd:-(the loader search)}:"
+  if vk_gpu; then found=1; break; fi
+done
+if [[ -z $found ]]; then
+  echo "gpu-run.sh: no Vulkan GPU seen; the loader's account of the last try:"
+  VK_LOADER_DEBUG=error,warn,driver vk_gpu 2>&1 | tail -n 40
+  for f in $NV_DIR/vulkan/icd.d/*.json /usr/share/vulkan/icd.d/*.json; do [[ -f $f ]] && { echo "$f:"; cat "$f"; }; done
+  ls -la /usr/local/nvidia/lib64 2>/dev/null | head -n 40
+  exit 3
+fi
+echo "VK_LAYER_PATH=$VK_LAYER_PATH glslang: $(command -v glslangValidator)"
+
+# --- facts ------------------------------------------------------------------------------------------------
+step "facts"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+"$PY" --version; uname -r; nproc
+timeout 60 "$PY" scripts/gpu_facts.py
+echo "facts: rc=$?"
+
+# --- the steps --------------------------------------------------------------------------------------------
+SUMMARY=()
+# run NAME SECONDS LOGFILE COMMAND...: COMMAND under timeout (at most what is left of the budget), its output
+# in $OUT/LOGFILE and here; the summary line is pytest's last line, or the bench's rc.
+run() {
+  local name=$1 want=$2 log=$OUT/$3; shift 3
+  if [[ ,$STEPS, != *,${name%% *},* ]]; then
+    SUMMARY+=("$name: not asked for (VKACT_GPU_STEPS=$STEPS)")
+    return
+  fi
+  local left=$((BUDGET - (SECONDS - START) - WIND_DOWN))
+  local limit=$((want < left ? want : left))
+  if ((limit < 20)); then
+    SUMMARY+=("$name: skipped, ${left} s left of the budget")
+    return
+  fi
+  step "$name (at most $limit s): $*"
+  local t0=$SECONDS
+  timeout -s INT -k "$WIND_DOWN" "$limit" "$@" >"$log" 2>&1
+  local rc=$?
+  tail -n 40 "$log"
+  local last
+  last=$(grep -E '(passed|failed|error|skipped|no tests ran).* in [0-9.]+s' "$log" | tail -n1)
+  SUMMARY+=("$name: rc $rc$( ((rc == 124)) && echo ' (timed out)'), $((SECONDS - t0)) s${last:+: $last}")
+}
+# shellcheck disable=SC2206
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider -n "$JOBS" ${VKACT_GPU_PYTEST_ARGS:-})
+ENGINE_SUITE=(tests/engine tests/glsl tests/descriptors tests/conformance)
+mkdir -p "$OUT/junit.d"
+
+run "a bench gpu 2^$LOG2" 100 bench.log env PYTHONUNBUFFERED=1 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
+run "b engine, device memory, validation" 90 engine-device.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=device VKACT_MEMORY=device \
+  "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-device.xml" "${ENGINE_SUITE[@]}"
+run "e bench graphs 2^24" 60 graphs.log env PYTHONUNBUFFERED=1 VKACT_IREE_AOT=.gpu/iree "$PY" -m bench --only graphs --sizes 24 --repeat 5
+[[ -f bench/RESULTS.md ]] && cp bench/RESULTS.md "$OUT/RESULTS.md"
+run "c engine, host memory, validation" 70 engine-host.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host VKACT_MEMORY=host \
+  "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-host.xml" "${ENGINE_SUITE[@]}"
+run "f tuning sweep 2^$LOG2" 40 tuning.log env PYTHONUNBUFFERED=1 "$PY" -m bench.gpu_tuning --log2 "$LOG2" --repeat 10
+run "d service" 300 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
+# at most 8 files come back: the test logs travel with their junit files
+(cd "$OUT" && tar -czf logs.tgz junit.d $(ls engine-device.log engine-host.log service.log 2>/dev/null) \
+  && rm -rf junit.d engine-device.log engine-host.log service.log)
+
+step "summary ($((SECONDS - START)) s in all)"
+printf '%s\n' "${SUMMARY[@]}"

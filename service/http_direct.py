@@ -1,0 +1,151 @@
+"""The direct HTTP/1.1 path: a repeated binary inference that h1http parsed (service/http_native.py),
+answered without ASGI, as gRPC's transport answers a ModelInfer (service/api/grpc/infer.py).
+
+Served "as uvicorn would have", each such request cost a scope dict, uvicorn's RequestResponseCycle and
+its asyncio.Event, Starlette's Request and Response, and the ASGI messages their send() turns back into
+bytes. Here one object (DirectCycle) stands where uvicorn's cycle stands in the protocol (its ``cycle``,
+its pipeline, so keep-alive, Connection: close, pipelining order and write flow control stay the
+protocol's), and its one task looks the request's header up in the routes' caches (v2.routes.repeated,
+v1.routes.repeated), runs the job through the data plane (dataplane.execution.execute: the request
+timeout, the client's departure) and writes the answer's status line, headers and body, their headers
+built once per header, in one write (api.execution.send_whole).
+
+Only what the cache already decided comes this way: a /v2 or /v1 binary frame whose JSON header was
+parsed and validated before, answered in binary from its header's cached JSON, no X-Request-ID given, no
+Content-Encoding, no compressed answer asked (/v2), output at most LARGE bytes. Anything else, and any
+request the route must decide (its first, a limit it breaks), goes to the route on uvicorn's request
+cycle as before; an error raised on the way (busy, timeout, a lost worker) is answered by the same error
+handlers (hot_routes.answer), counted against the operator as the route counts it.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from .api import hot_routes
+from .api.execution import count_against, send_whole
+from .api.v1 import routes as v1
+from .api.v2 import routes as v2
+from .api.v2.encoding import choose_encoding
+from .dataplane.execution import execute, record_success
+from .limits import UNCHARGED_BYTES
+from .worker import Result
+
+if TYPE_CHECKING:
+    from .http_native import NativeHttpProtocol
+
+_V2 = (v2.infer, v2.infer_version)
+
+
+class _NoEvent:
+    """The protocol sets its cycle's message_event when the connection is lost; nothing waits on a direct request's."""
+
+    @staticmethod
+    def set() -> None:
+        pass
+
+
+def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str] | None:
+    """(model, version, Inference-Header-Content-Length) of a request the direct path may take: a /v2
+    (model set) or /v1 (model None) inference with a binary frame, nothing in its headers that the
+    route would answer differently; None for any other."""
+    found = hot_routes.route("POST", path)
+    if found is None:
+        return None
+    handler, params = found
+    header_length = None
+    for name, value in headers:
+        if name == b"inference-header-content-length":
+            if header_length is None:  # the first, as the route reads it (Starlette's Headers.get)
+                header_length = value
+        elif name == b"content-encoding" or name == b"x-request-id":
+            return None
+        elif name == b"accept-encoding" and handler in _V2 and choose_encoding(value.decode("latin-1")) is not None:
+            return None
+    if header_length is None:
+        return None
+    if handler in _V2:
+        return params["model"], params.get("version"), header_length.decode("latin-1")
+    return None, None, header_length.decode("latin-1")
+
+
+class DirectCycle:
+    """A request on the direct path, where uvicorn's RequestResponseCycle stands in the protocol: the
+    attributes the protocol (connection_lost, shutdown, the pipeline), http_guard and send_whole read
+    and set, and ``run_asgi(app)``, which uvicorn's _start_asgi_task runs as the request's task."""
+
+    __slots__ = ("proto", "path", "raw_path", "headers", "body", "transport", "flow", "default_headers", "keep_alive", "on_response",
+                 "disconnected", "response_started", "response_complete", "waiting_for_100_continue", "route")
+    message_event = _NoEvent
+
+    def __init__(self, proto: NativeHttpProtocol, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
+                 keep_alive: bool, route: tuple[str | None, str | None, str]) -> None:
+        self.proto, self.path, self.raw_path, self.headers, self.body = proto, path, raw_path, headers, body
+        self.transport, self.flow = proto.transport, proto.flow
+        self.default_headers = proto.server_state.default_headers
+        self.keep_alive, self.on_response, self.route = keep_alive, proto.on_response_complete, route
+        self.disconnected = self.response_started = self.response_complete = self.waiting_for_100_continue = False
+
+    def run_asgi(self, app: hot_routes.VkactApp) -> Coroutine[Any, Any, None]:
+        return self._serve(app)
+
+    async def _serve(self, app: hot_routes.VkactApp) -> None:
+        started = time.perf_counter()
+        state = app.runtime
+        model, version, header_length = self.route
+        body = memoryview(self.body)
+        # h1http's bodies are never charged to the budget of bytes in flight (read_body's rule); one over
+        # a limit is the route's to refuse
+        plan = None
+        if len(body) <= min(UNCHARGED_BYTES, state.settings.max_body_bytes, state.inflight.limit):
+            plan = v2.repeated(state, model, version, header_length, body) if model is not None else v1.repeated(state, header_length, body)
+        if plan is None:
+            await self.proto.run_cycle(self, app)
+            return
+        parsed, tail = plan
+        op = parsed.op
+        request_id = v2.fresh_request_id() if model is not None else None
+        try:
+            buffers = parsed.buffers(tail)
+            result = await execute(state, op, buffers, parsed.in_place, parsed.key, self.proto._departure)
+            if result is None:  # the client left: its connection is gone, nobody to answer
+                return
+            try:
+                content = _frame(parsed, result)
+            finally:
+                result.release()
+        except Exception as exc:  # noqa: BLE001 - answered by the route's error handlers
+            await self.proto.run_cycle(self, _Failed(app, exc, op.type_name(), request_id))
+            return
+        headers = parsed.frame_headers if request_id is None else [*parsed.frame_headers, (b"x-request-id", request_id)]
+        try:
+            await send_whole(self, headers, content)
+        except Exception as exc:  # noqa: BLE001 - as uvicorn's run_asgi: logged, the connection closed
+            self.proto.logger.error("Exception in the direct HTTP path", exc_info=exc)
+            self.transport.close()
+            return
+        record_success(state, op, started, result, sum(b.nbytes for b in buffers), op.output.total_bytes)
+
+
+def _frame(parsed: v1.Parsed | v2._Parsed, result: Result) -> bytes:
+    """The answer's body: the cached JSON header, then the output copied from the slot (no view of it kept)."""
+    data = parsed.output(result)  # first: /v1's head is built with its first answer
+    return b"".join((parsed.head, data))  # type: ignore[arg-type]
+
+
+class _Failed:
+    """An ASGI app answering ``exc`` as the route would have: the same error handlers, the failure
+    counted against ``operator``, /v2's X-Request-ID."""
+
+    def __init__(self, app: hot_routes.VkactApp, exc: Exception, operator: str, request_id: bytes | None) -> None:
+        self.app, self.exc, self.operator, self.request_id = app, exc, operator, request_id
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope["app"] = self.app
+        await hot_routes.answer(self._raise, {}, scope, receive, send, self.request_id)
+
+    async def _raise(self, request: Any) -> Any:
+        count_against(request, self.operator)
+        raise self.exc
+
