@@ -1,10 +1,11 @@
 """The messages between the HTTP process and its device worker, over the socket pair that
 ``multiprocessing.Pipe`` makes: each a 4-byte length and a payload.
 
-Most payloads are pickled tuples. The two of a repeated request, the bulk of the traffic, have fixed
-layouts instead (a tag byte and a struct): "go" (job id, template id) and "ok" (job id, kernel
-seconds), a few bytes where the pickled job took hundreds, and no pickle machinery on either side.
-A pickle (protocol 2 and later) starts with 0x80, so the tags cannot be mistaken for one.
+Most payloads are pickled tuples. Those of repeated requests, the bulk of the traffic, have fixed
+layouts instead (a tag byte and structs): "go" (job id, template id) and "ok" (job id, kernel
+seconds) for a job alone, "batch" ((job id, template id) each) and "oks" (kernel seconds, the job ids)
+for jobs of one dispatch: a few bytes where the pickled jobs took hundreds, and no pickle machinery on
+either side. A pickle (protocol 2 and later) starts with 0x80, so the tags cannot be mistaken for one.
 
 multiprocessing's Connection reads a message in two system calls (its length, then its bytes) with
 a Python loop and a BytesIO around them; here a message is written in one call and one read takes
@@ -12,6 +13,7 @@ every message already there (both ends of a 1,024-element request: 5.8 -> 3.1 us
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 import struct
@@ -25,6 +27,8 @@ _LENGTH = struct.Struct("<I")
 _READ = 1 << 16
 _COMPACT = {"go": (b"G", struct.Struct("<QI")), "ok": (b"K", struct.Struct("<Qd"))}  # job ids count up for the life of the server
 _BY_TAG = {tag[0]: (kind, layout) for kind, (tag, layout) in _COMPACT.items()}
+_BATCH, _BATCH_JOB = b"B", struct.Struct("<QI")       # then (job id, template id) per job
+_OKS, _OKS_HEAD, _OKS_JOB = b"D", struct.Struct("<d"), struct.Struct("<Q")  # kernel seconds, then each job id
 
 
 def encode(*msg: Any) -> bytes:
@@ -39,6 +43,18 @@ def encode_compact(kind: str, *values: int | float) -> bytes:
     return _LENGTH.pack(1 + layout.size) + tag + layout.pack(*values)
 
 
+def encode_batch(jobs: list[tuple[int, int]]) -> bytes:
+    """A "batch" message: the (job id, template id) of each job of one dispatch."""
+    body = b"".join([_BATCH_JOB.pack(job, tid) for job, tid in jobs])
+    return _LENGTH.pack(1 + len(body)) + _BATCH + body
+
+
+def encode_oks(seconds: float, jobs: list[int]) -> bytes:
+    """An "oks" message: the jobs of one dispatch all done, in ``seconds`` of kernel time."""
+    body = _OKS_HEAD.pack(seconds) + b"".join([_OKS_JOB.pack(job) for job in jobs])
+    return _LENGTH.pack(1 + len(body)) + _OKS + body
+
+
 def write(fd: int, data: bytes) -> None:
     """Write ``data`` (one or more encoded messages) whole; the descriptor is blocking, so this
     returns once it is written."""
@@ -49,6 +65,59 @@ def write(fd: int, data: bytes) -> None:
 
 def send(fd: int, *msg: Any) -> None:
     write(fd, encode(*msg))
+
+
+class Writer:
+    """Messages to the other end from an event loop, never blocking it: the descriptor is made
+    non-blocking, what the socket takes at once is written, and the rest (a message larger than the
+    socket's buffer while the worker is busy: a graph plan is 100 KiB at 64 nodes, the buffer ~200 KiB)
+    waits here and is written as the socket drains. A message written while others wait goes after them,
+    so the messages keep their order. Only this end's descriptor changes: the other end stays blocking."""
+
+    def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
+        os.set_blocking(fd, False)
+        self.fd, self._loop = fd, loop
+        self._pending = bytearray()
+
+    @property
+    def pending(self) -> int:
+        """Bytes waiting for room in the socket."""
+        return len(self._pending)
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` (one or more encoded messages) now, or after the bytes already waiting.
+        OSError (other than a full socket) when the other end is gone."""
+        if self._pending:
+            self._pending += data
+            return
+        try:
+            written = os.write(self.fd, data)
+        except BlockingIOError:
+            written = 0
+        if written < len(data):
+            self._pending += memoryview(data)[written:]
+            self._loop.add_writer(self.fd, self._drain)
+
+    def send(self, *msg: Any) -> None:
+        self.write(encode(*msg))
+
+    def close(self) -> None:
+        """Drop what waits (the other end is gone) and stop watching the descriptor."""
+        if self._pending:
+            self._pending.clear()
+            self._loop.remove_writer(self.fd)
+
+    def _drain(self) -> None:
+        try:
+            written = os.write(self.fd, self._pending)
+        except BlockingIOError:
+            return
+        except OSError:  # the other end is gone: its exit is handled where the process is watched
+            self.close()
+            return
+        del self._pending[:written]
+        if not self._pending:
+            self._loop.remove_writer(self.fd)
 
 
 class Reader:
@@ -78,7 +147,10 @@ class Reader:
         return msg
 
     def _fill(self) -> None:
-        data = os.read(self.fd, _READ)
+        try:
+            data = os.read(self.fd, _READ)
+        except BlockingIOError:  # a non-blocking end (see Writer) woken with nothing to read
+            return
         if not data:
             raise EOFError("the other end of the pipe is closed")
         self._buffer += data
@@ -90,9 +162,15 @@ class Reader:
         end = _LENGTH.size + _LENGTH.unpack_from(buffer)[0]
         if len(buffer) < end:
             return None
-        compact = _BY_TAG.get(buffer[_LENGTH.size])
+        tag, start = buffer[_LENGTH.size], _LENGTH.size + 1
+        compact = _BY_TAG.get(tag)
         if compact is not None:
-            msg = (compact[0], *compact[1].unpack_from(buffer, _LENGTH.size + 1))
+            msg = (compact[0], *compact[1].unpack_from(buffer, start))
+        elif tag == _BATCH[0]:  # slices are copies: no view of the buffer may outlive the cut below
+            msg = ("batch", tuple(_BATCH_JOB.iter_unpack(buffer[start:end])))
+        elif tag == _OKS[0]:
+            jobs = _OKS_JOB.iter_unpack(buffer[start + _OKS_HEAD.size : end])
+            msg = ("oks", _OKS_HEAD.unpack_from(buffer, start)[0], tuple(job for job, in jobs))
         else:
             msg = pickle.loads(buffer[_LENGTH.size : end])  # a copy: the buffer is cut next
         del buffer[:end]

@@ -97,28 +97,18 @@ class _TemplateIds:
 
 
 class _Window:
-    """Room for the messages handed to the worker and not answered yet (IN_FLIGHT at most): taken
-    without a coroutine by a job that finds room (asyncio.Semaphore would cost a coroutine and an
-    any() over its waiters), waited for by the dispatcher, its only waiter."""
+    """Room for the messages handed to the worker and not answered yet (IN_FLIGHT at most). Nothing
+    waits on it: the queue is pumped (DeviceWorker._pump) where room may have opened."""
 
     def __init__(self, size: int) -> None:
         self.free = size
-        self._opened: asyncio.Future[None] | None = None
 
     def take(self) -> None:
         assert self.free > 0
         self.free -= 1
 
-    async def acquire(self) -> None:
-        while self.free == 0:
-            self._opened = asyncio.get_running_loop().create_future()
-            await self._opened
-        self.free -= 1
-
     def release(self) -> None:
         self.free += 1
-        if self._opened is not None and not self._opened.done():
-            self._opened.set_result(None)
 
 
 @dataclass
@@ -203,7 +193,6 @@ class DeviceWorker:
         self.batches = 0                             # messages that carried them
         self._ids = itertools.count()
         self._queue: deque[_Job] = deque()
-        self._queued = asyncio.Event()               # set while the queue holds a job
         self._inflight: dict[int, _Job] = {}
         self._inflight_batches = 0
         #: a model's own batch limit (load_model with a config, the server's: dataplane.batching), None
@@ -219,8 +208,9 @@ class DeviceWorker:
         self._proc: mp.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self._reader: framing.Reader | None = None
+        self._writer: framing.Writer | None = None    # every message to the worker, in order, never blocking
         self._ready = asyncio.Event()
-        self._dispatcher: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # kept: each get_running_loop() is a getpid() on 3.11
         self._watchdog: asyncio.TimerHandle | None = None
         self._closing = False
         self._started_at = 0.0                      # monotonic time of the worker's start
@@ -262,11 +252,10 @@ class DeviceWorker:
         self._proc.start()
         self._started_at = time.monotonic()
         child.close()
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
+        self._writer = framing.Writer(parent.fileno(), loop)
         loop.add_reader(parent.fileno(), self._on_message)
         loop.add_reader(self._proc.sentinel, self._on_exit)
-        if self._dispatcher is None:
-            self._dispatcher = asyncio.create_task(self._dispatch(), name="vkact-dispatch")
         if self._watchdog is None:
             self._watchdog = loop.call_later(WATCH_INTERVAL_S, self._watch)
 
@@ -301,9 +290,9 @@ class DeviceWorker:
         removed = self._pool.trim()
         if removed:
             log.info("removed %d idle tensor slot(s)", removed)
-        if self._conn is not None and self._ready.is_set():
+        if self._writer is not None and self._ready.is_set():
             try:
-                framing.send(self._conn.fileno(), "trim")
+                self._writer.send("trim")
             except OSError:
                 pass
 
@@ -312,22 +301,22 @@ class DeviceWorker:
 
     async def close(self) -> None:
         self._closing = True
-        if self._dispatcher:
-            self._dispatcher.cancel()
         if self._watchdog:
             self._watchdog.cancel()
         loop = asyncio.get_running_loop()
         if self._proc is not None:
             loop.remove_reader(self._proc.sentinel)
-            if self._conn is not None:
+            if self._conn is not None and self._writer is not None:
                 loop.remove_reader(self._conn.fileno())
                 try:
-                    framing.send(self._conn.fileno(), "stop")
+                    self._writer.send("stop")  # after whatever still waits to be written
                 except OSError:
                     pass
             await asyncio.get_running_loop().run_in_executor(None, self._proc.join, 5)
             if self._proc.is_alive():
                 self._proc.kill()
+        if self._writer is not None:
+            self._writer.close()
         self._pool.close()
 
     # -- requests -----------------------------------------------------------------------------------
@@ -351,7 +340,7 @@ class DeviceWorker:
         offsets, cursor = _lay_out(sizes, 0)
         output = offsets[0] if in_place else (cursor, facts.output_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
-        job = _Job(next(self._ids), op, slot, offsets, output, in_place, asyncio.get_running_loop().create_future(), key, concatenable=facts.concatenable)
+        job = _Job(next(self._ids), op, slot, offsets, output, in_place, self._future(), key, concatenable=facts.concatenable)
         await self._fill(job, inputs)
         kernel_seconds, batch_size = await self._submit(job, sum(sizes), waiting)
         offset, n = job.output
@@ -372,7 +361,7 @@ class DeviceWorker:
         offsets, cursor = _lay_out(sizes, 0)
         outputs, end = _lay_out([plan.graph.output_desc(j).total_bytes for j in range(plan.graph.OutputCount)], cursor)
         slot = self._pool.acquire(max(1, end))
-        job = _Job(next(self._ids), None, slot, offsets, (0, 0), False, asyncio.get_running_loop().create_future(),
+        job = _Job(next(self._ids), None, slot, offsets, (0, 0), False, self._future(),
                    graph=key or pickle.dumps(plan, framing.PROTOCOL), outputs=tuple(outputs))
         await self._fill(job, inputs)
         kernel_seconds, _ = await self._submit(job, sum(sizes), None)
@@ -405,7 +394,7 @@ class DeviceWorker:
             if waiting is not None:
                 waiting(1)
             self._queue.append(job)
-            self._queued.set()
+            self._pump()
         try:
             return await job.future
         except BaseException:
@@ -413,22 +402,23 @@ class DeviceWorker:
                 job.release()
             raise
 
-    async def _dispatch(self) -> None:
-        while True:
-            if not self._queue:
-                self._queued.clear()
-                await self._queued.wait()
-                continue
-            job = self._queue.popleft()
+    def _future(self) -> asyncio.Future:
+        loop = self._loop
+        return loop.create_future() if loop is not None else asyncio.get_running_loop().create_future()
+
+    def _pump(self) -> None:
+        """Hand queued jobs to the worker while the window has room and the worker is ready: called
+        where either may have changed (a job queued, answers read, the worker ready), so the next batch
+        leaves in the same callback, without a dispatcher task to wake (a task step and a future per
+        batch). A job whose client left or timed out while queued never reaches the device."""
+        queue = self._queue
+        while queue and self._window.free > 0 and self._ready.is_set():
+            job = queue.popleft()
             batch = []
-            if not job.future.done():  # else cancelled while queued: it never reaches the device
-                await self._window.acquire()
-                await self._ready.wait()
-                if job.future.done():
-                    self._window.release()
-                else:
-                    batch = [job, *self._companions(job)]
-                    self._send(batch)
+            if not job.future.done():
+                batch = [job, *self._companions(job)]
+                self._window.take()
+                self._send(batch)
             for j in batch or [job]:  # out of the queue only now: to the device, or dropped
                 if j.waiting is not None:
                     j.waiting(-1)
@@ -461,27 +451,35 @@ class DeviceWorker:
         self.batches += 1
         self._inflight_batches += 1
         try:
-            assert self._conn is not None
+            writer = self._writer
+            assert writer is not None
             if batch[0].graph is not None:
                 job = batch[0]
                 mapping = job.slot.mapping
-                framing.send(self._conn.fileno(), "graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
+                writer.send("graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
             elif len(batch) == 1:
                 job = batch[0]
-                template = job.template
-                tid, new = self._templates.number(template)
+                tid, definition = self._number(job)
                 go = framing.encode_compact("go", job.id, tid)
-                framing.write(self._conn.fileno(), framing.encode("template", tid, template) + go if new else go)
-            else:
-                framing.send(self._conn.fileno(), "run", [(j.id, *j.template) for j in batch])
+                writer.write(definition + go if definition else go)
+            else:  # numbers too: a batch's jobs repeat the templates of the jobs before them
+                numbered = [self._number(j) for j in batch]
+                jobs = framing.encode_batch([(j.id, tid) for j, (tid, _) in zip(batch, numbered)])
+                writer.write(b"".join([definition for _, definition in numbered if definition]) + jobs)
         except OSError as exc:  # the worker is gone; _on_exit fails the jobs
             log.warning("sending %d job(s) failed: %s", len(batch), exc)
 
+    def _number(self, job: _Job) -> tuple[int, bytes]:
+        """``job``'s template number, and the message that defines it for the worker when it is new."""
+        template = job.template
+        tid, new = self._templates.number(template)
+        return tid, framing.encode("template", tid, template) if new else b""
+
     def _forget(self, path: str) -> None:
         self._templates.drop_slot(path)
-        if self._conn is not None and self._proc is not None and self._proc.is_alive():
+        if self._writer is not None and self._proc is not None and self._proc.is_alive():
             try:
-                framing.send(self._conn.fileno(), "forget", path)
+                self._writer.send("forget", path)
             except OSError:
                 pass
 
@@ -495,6 +493,7 @@ class DeviceWorker:
             return
         for msg in messages:
             self._handle(msg)
+        self._pump()  # the answers gave room back (or the worker is ready): the next batches leave now
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
@@ -506,9 +505,14 @@ class DeviceWorker:
             return
         self._inflight_batches -= 1
         self._window.release()
-        # "ok": a replayed job's (id, kernel seconds); "done": a reply per job, each (id, "done", kernel
-        # seconds, batch size) or (id, "error", ...)
-        replies = [(msg[1], "done", msg[2], 1)] if kind == "ok" else msg[1]
+        # "ok": a replayed job's (id, kernel seconds); "oks": (kernel seconds, ids) of the jobs of one
+        # dispatch; "done": a reply per job, each (id, "done", kernel seconds, batch size) or (id, "error", ...)
+        if kind == "ok":
+            replies = [(msg[1], "done", msg[2], 1)]
+        elif kind == "oks":
+            replies = [(job_id, "done", msg[1], len(msg[2])) for job_id in msg[2]]
+        else:
+            replies = msg[1]
         executions: list[tuple[type[OperatorDesc], int, float]] = []  # (operator, batch size, kernel seconds)
         for reply in replies:
             job = self._inflight.pop(reply[0], None)
@@ -543,9 +547,10 @@ class DeviceWorker:
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._proc is not None and self._conn is not None
+        assert self._proc is not None and self._conn is not None and self._writer is not None
         loop.remove_reader(self._proc.sentinel)
         loop.remove_reader(self._conn.fileno())
+        self._writer.close()  # what waited for the dead worker is not for the next one
         code = self._proc.exitcode
         self._ready.clear()
         for job in self._inflight.values():

@@ -47,6 +47,7 @@ class _Engines:
         self._ops: OrderedDict[bytes, tuple[OperatorDesc, Any]] = OrderedDict()
         self._templates: dict[int, Template] = {}                  # by number (see _TemplateIds)
         self._replays: dict[int, Callable[[], float | None]] = {}  # what a template's first job did, to redo
+        self._pairs: dict[int, tuple[list[np.ndarray], np.ndarray]] = {}  # a template's views, for batches
         self._plans: OrderedDict[bytes, Any] = OrderedDict()       # GraphPlans by their pickled bytes
 
     def load_shaders(self) -> int:
@@ -80,6 +81,7 @@ class _Engines:
     def define(self, tid: int, template: Template) -> None:
         self._templates[tid] = template
         self._replays.pop(tid, None)
+        self._pairs.pop(tid, None)
 
     def go(self, mappings: dict[str, Mapping], job_id: int, tid: int) -> bytes:
         """Run a job of template ``tid`` with the bytes now in its slot; the reply, encoded. The first
@@ -96,9 +98,8 @@ class _Engines:
             if seconds is not None:
                 return framing.encode_compact("ok", job_id, seconds)
         template = self._templates.get(tid)
-        if template is None:  # never sent, or sent to a worker before this one: a bug, not the request's
-            log.error("job %d names template %d, which this worker was never given", job_id, tid)
-            return framing.encode("done", [(job_id, "error", "DeviceFailure", "device failure: the job's template is unknown", None)])
+        if template is None:
+            return framing.encode("done", [_unknown(job_id, tid)])
         reply = self._run_one(mappings, (job_id, *template))
         if reply[1] == "done":
             key, path, size, inputs, output, in_place = template
@@ -108,6 +109,36 @@ class _Engines:
             except VkactError:  # nothing to replay (an empty tensor dispatches nothing): it runs whole each time
                 pass
         return framing.encode("done", [reply])
+
+    def batch(self, mappings: dict[str, Mapping], numbered: tuple[tuple[int, int], ...]) -> bytes:
+        """The jobs of a "batch" message ((job id, template id) each; the HTTP side batches only equal
+        keys) in one dispatch, on the engine that runs one of them alone: jobs of one workgroup each
+        make a batch of at most max_batch workgroups, which the small-dispatch engine's submit thread
+        runs sooner than the compute pool wakes (llvmpipe, 1,024-element SHRINK jobs: 2, 4, 8 in a
+        batch 29, 35, 45 us on the main engine, 22, 27, 37 on the small one). The reply, encoded: "oks";
+        if the batch fails, each job runs alone and answers for itself ("done")."""
+        templates = [self._templates.get(tid) for _, tid in numbered]
+        if None not in templates:
+            try:
+                key = templates[0][0]
+                pairs = [self._pair(mappings, tid, template) for (_, tid), template in zip(numbered, templates)]
+                op, engine = self.op(key)
+                before = engine.stats.kernel_seconds
+                engine.execute_batch(op, pairs, key)
+                return framing.encode_oks(engine.stats.kernel_seconds - before, [job_id for job_id, _ in numbered])
+            except Exception:  # noqa: BLE001 - each job is tried alone below and answers for itself
+                log.exception("a batch of %d jobs failed; running them one by one", len(numbered))
+        return framing.encode("done", [_unknown(job_id, tid) if template is None else self._run_one(mappings, (job_id, *template))
+                                       for (job_id, tid), template in zip(numbered, templates)])
+
+    def _pair(self, mappings: dict[str, Mapping], tid: int, template: Template) -> tuple[list[np.ndarray], np.ndarray]:
+        """A template's input and output views, made once (as a replayer keeps its own): a slot goes
+        back to request after request, so a batch repeats the templates of the jobs before it."""
+        pair = self._pairs.get(tid)
+        if pair is None:
+            _, path, size, inputs, output, _ = template
+            pair = self._pairs[tid] = _buffers(mappings, path, size, inputs, output)
+        return pair
 
     def trim(self) -> None:
         """Free what the engines have not used since the last trim (idle_release_s apart)."""
@@ -120,19 +151,10 @@ class _Engines:
         for tid in [t for t, template in self._templates.items() if template[1] == path]:
             del self._templates[tid]
             self._replays.pop(tid, None)
+            self._pairs.pop(tid, None)  # no view of the mapping may outlive it
         mapping = mappings.pop(path, None)
         if mapping is not None:
             mapping.close()
-
-    def run_jobs(self, mappings: dict[str, Mapping], jobs: list) -> list[tuple]:
-        """Run one message's jobs, one reply each. Several jobs (one descriptor) run as one dispatch;
-        if that fails, each runs alone, so that every job gets its own answer."""
-        if len(jobs) > 1:
-            try:
-                return self._run_batch(mappings, jobs)
-            except Exception:  # noqa: BLE001 - each job is tried alone below and answers for itself
-                log.exception("a batch of %d jobs failed; running them one by one", len(jobs))
-        return [self._run_one(mappings, job) for job in jobs]
 
     def _run_one(self, mappings: dict[str, Mapping], job: tuple) -> tuple:
         job_id, key, path, size, inputs, output, in_place = job
@@ -173,20 +195,12 @@ class _Engines:
             log.exception("graph job %d failed", job_id)
             return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
 
-    def _run_batch(self, mappings: dict[str, Mapping], jobs: list) -> list[tuple]:
-        """Jobs of one descriptor (the HTTP side batches only equal keys) in one dispatch, on the engine
-        that runs one of them alone: jobs of one workgroup each make a batch of at most max_batch
-        workgroups, which the small-dispatch engine's submit thread runs sooner than the compute pool
-        wakes (llvmpipe, 1,024-element SHRINK jobs: 2, 4, 8 in a batch 29, 35, 45 us on the main engine,
-        22, 27, 37 on the small one). Their views of the mappings die with this frame, so a later
-        'forget' can unmap them."""
-        key = jobs[0][1]
-        pairs = [_buffers(mappings, path, size, inputs, output) for _, _, path, size, inputs, output, _ in jobs]
-        op, engine = self.op(key)
-        before = engine.stats.kernel_seconds
-        engine.execute_batch(op, pairs, key)
-        seconds = engine.stats.kernel_seconds - before
-        return [(job[0], "done", seconds, len(jobs)) for job in jobs]
+
+def _unknown(job_id: int, tid: int) -> tuple:
+    """The reply to a job naming a template never sent (or sent to a worker before this one): a bug,
+    not the request's."""
+    log.error("job %d names template %d, which this worker was never given", job_id, tid)
+    return (job_id, "error", "DeviceFailure", "device failure: the job's template is unknown", None)
 
 
 def _buffers(mappings: dict[str, Mapping], path: str, size: int, inputs, output: tuple[int, int]) -> tuple[list[np.ndarray], np.ndarray]:
@@ -312,6 +326,8 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
             break
         if msg[0] == "go":
             framing.write(fd, engines.go(mappings, msg[1], msg[2]))
+        elif msg[0] == "batch":
+            framing.write(fd, engines.batch(mappings, msg[1]))
         elif msg[0] == "template":
             engines.define(msg[1], msg[2])
         elif msg[0] == "forget":
@@ -320,6 +336,6 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
             engines.trim()
         elif msg[0] == "graph":
             framing.send(fd, "done", [engines.run_graph(mappings, msg[1])])
-        else:  # "run": a batch
-            framing.send(fd, "done", engines.run_jobs(mappings, msg[1]))
+        else:  # the HTTP side sends no other kind: a bug there, not a reason to stop
+            log.error("unknown message %r from the HTTP process", msg[0])
     engines.close()

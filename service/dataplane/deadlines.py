@@ -37,8 +37,11 @@ class Deadlines:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the timer's (tests run apps on several loops)
 
-    def add(self, expire: Callable[[], None]) -> Deadline:
-        loop = asyncio.get_running_loop()
+    def add(self, expire: Callable[[], None], loop: asyncio.AbstractEventLoop | None = None) -> Deadline:
+        """Call ``expire`` once ``seconds`` have passed, unless ``done`` comes first; ``loop``: the
+        running loop, where the caller has it."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
         entry = Deadline(loop.time() + self.seconds, expire)
         queue = self._queue
         while queue and queue[0].expire is None:  # finished ahead of this one: gone for good

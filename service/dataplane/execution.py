@@ -52,7 +52,8 @@ async def watched(
     worker = state.worker
     assert worker is not None
     deadlines = state.deadlines
-    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()  # once: each look-up is a getpid() system call on Python 3.11
+    task = asyncio.current_task(loop)
     assert task is not None
     stopped: list[str] = []   # why this request's task was cancelled, by us
     finished = False
@@ -62,7 +63,7 @@ async def watched(
             stopped.append(reason)
             task.cancel()
 
-    deadline = deadlines.add(stop)
+    deadline = deadlines.add(stop, loop)
     watcher = None
     if departure is not None and (not worker.idle or sum(b.nbytes for b in buffers) > LARGE):
         watcher = asyncio.ensure_future(departure())

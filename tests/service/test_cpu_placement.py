@@ -171,8 +171,10 @@ def test_a_batch_of_one_workgroup_jobs_runs_on_the_inline_engine(engine):
     """Jobs that each run on the small-dispatch engine alone run there as a batch too (one dispatch of
     a few workgroups on its submit thread), each answer numpy's; the main engine dispatches nothing."""
     import pickle
+    import socket
     import tempfile
 
+    from service import framing
     from service.engine import Engine
     from service.slots import Mapping
     from service.worker_process import _Engines, _make_engine
@@ -188,10 +190,15 @@ def test_a_batch_of_one_workgroup_jobs_runs_on_the_inline_engine(engine):
     try:
         for i, x in enumerate(xs):
             mapping.array[i * step : i * step + x.nbytes] = x.view(np.uint8)
-        jobs = [(i, key, path, step * len(xs), [(i * step, x.nbytes)], (i * step + x.nbytes, x.nbytes), False) for i, x in enumerate(xs)]
+        engines = _Engines(engine, small)
+        for i, x in enumerate(xs):
+            engines.define(i, (key, path, step * len(xs), ((i * step, x.nbytes),), (i * step + x.nbytes, x.nbytes), False))
         main_before, small_before = engine.stats.dispatches, small.stats.dispatches
-        replies = _Engines(engine, small).run_jobs({path: mapping}, jobs)
-        assert [r[:2] for r in replies] == [(i, "done") for i in range(len(xs))] and replies[0][3] == len(xs)
+        a, b = socket.socketpair()
+        with a, b:
+            a.sendall(engines.batch({path: mapping}, tuple((10 + i, i) for i in range(len(xs)))))
+            reply = framing.Reader(b.fileno()).next()
+        assert reply[0] == "oks" and reply[2] == tuple(10 + i for i in range(len(xs)))  # all done, in one dispatch
         assert (engine.stats.dispatches - main_before, small.stats.dispatches - small_before) == (0, 1)
         for i, x in enumerate(xs):
             got = mapping.array[i * step + x.nbytes : (i + 1) * step].view(np.float32)

@@ -71,6 +71,22 @@ def test_compact_messages_among_pickled_ones():
         framing.write(a.fileno(), framing.encode("template", 3, template) + framing.encode_compact("go", 41, 3))
         framing.write(a.fileno(), framing.encode_compact("ok", 41, 2.5e-05) + framing.encode("stop"))
         assert reader.ready() == [("template", 3, template), ("go", 41, 3), ("ok", 41, 2.5e-05), ("stop",)]
+        # a batch's jobs and its answer: variable length, split anywhere
+        data = framing.encode_batch([(2**40, 3), (2**40 + 1, 255)]) + framing.encode_oks(1.5e-05, [2**40, 2**40 + 1])
+        got = []
+        for i in range(len(data)):
+            a.sendall(data[i : i + 1])
+            got += reader.ready()
+        assert got == [("batch", ((2**40, 3), (2**40 + 1, 255))), ("oks", 1.5e-05, (2**40, 2**40 + 1))]
+
+
+def test_batch_and_oks_messages():
+    a, b = socket.socketpair()
+    with a, b:
+        reader = framing.Reader(b.fileno())
+        framing.write(a.fileno(), framing.encode_batch([(2**40, 3), (7, 255)]) + framing.encode_oks(1.5e-05, [2**40, 7])
+                      + framing.encode_oks(0.0, [9]))
+        assert reader.ready() == [("batch", ((2**40, 3), (7, 255))), ("oks", 1.5e-05, (2**40, 7)), ("oks", 0.0, (9,))]
 
 
 def test_a_compact_message_split_across_reads():
@@ -84,3 +100,29 @@ def test_a_compact_message_split_across_reads():
             assert reader.ready() == []
         a.sendall(frame[-1:])
         assert reader.ready() == [("go", 2**40, 7)]
+
+
+def test_the_writer_keeps_what_the_socket_cannot_take_in_order():
+    """framing.Writer (the event loop's end): a message larger than the socket's buffer is written in
+    part, the rest waits, later messages go after it, and all arrive whole and in order as the other
+    end reads; nothing ever blocks the writing side."""
+    import asyncio
+
+    async def scenario() -> None:
+        a, b = socket.socketpair()
+        with a, b:
+            loop = asyncio.get_running_loop()
+            writer = framing.Writer(a.fileno(), loop)
+            big = os.urandom(4 << 20)
+            writer.send("graph", big)             # returns at once: most of it waits
+            assert writer.pending > 0
+            writer.send("forget", "/dev/shm/x")   # after the big one, never before
+            writer.write(framing.encode_compact("go", 9, 1))
+            reader = framing.Reader(b.fileno())
+            got = [await asyncio.to_thread(reader.next) for _ in range(3)]  # the loop drains meanwhile
+            assert got == [("graph", big), ("forget", "/dev/shm/x"), ("go", 9, 1)]
+            assert writer.pending == 0
+            writer.send("stop")                   # room again: written at once
+            assert writer.pending == 0 and reader.next() == ("stop",)
+
+    asyncio.run(scenario())

@@ -221,3 +221,21 @@ def test_a_cancelled_unload_and_batching_load_change_nothing(tmp_path):
         assert batching.get(op) is None and batching.limit(op) is None
 
     asyncio.run(scenario())
+
+
+def test_an_absent_document_costs_one_stat_and_appears_when_written(tmp_path, monkeypatch):
+    """ModelBatching.limit runs per queued job: with no document (no load with a config, the usual
+    case) it answers the service's limit from a stat alone, never opening the file; once a load
+    writes the document it is read, and once it is removed the service's limit is back."""
+    import service.shared_file as shared_file
+
+    batching = ModelBatching(str(tmp_path / "batching.json"))
+    op = MODELS["shrink"]
+    opened = []
+    real_open = shared_file.os.open
+    monkeypatch.setattr(shared_file.os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    assert [batching.limit(op) for _ in range(3)] == [None] * 3 and opened == []
+    asyncio.run(batching.apply(op, Batching(4, True)))
+    assert batching.limit(op) == 4
+    os.unlink(batching.path)
+    assert batching.limit(op) is None

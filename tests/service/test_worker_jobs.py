@@ -28,6 +28,7 @@ def _scenario(engine, fail_batch: bool, monkeypatch):
     path = os.path.join(tempfile.gettempdir(), f"vkact-test-{os.getpid()}-{fail_batch}")
     step = 2 * op.output.total_bytes
     mapping = Mapping(path, step * len(xs), True)
+    engines = _Engines(engine)
     try:
         for i, x in enumerate(xs):
             mapping.array[i * step : i * step + x.nbytes] = x.view(np.uint8)
@@ -36,15 +37,20 @@ def _scenario(engine, fail_batch: bool, monkeypatch):
                 raise RuntimeError("a batch that fails")
             monkeypatch.setattr(engine, "execute_batch", broken)
         dispatches = engine.stats.dispatches
-        replies = _Engines(engine).run_jobs({path: mapping}, _jobs(op, xs, path))
-        assert [r[:2] for r in replies] == [(i, "done") for i in range(len(xs))]
+        for job_id, *template in _jobs(op, xs, path):
+            engines.define(job_id, tuple(template))
+        reply = _reply(engines.batch({path: mapping}, tuple((i, i) for i in range(len(xs)))))
+        if fail_batch:
+            assert reply[0] == "done" and [r[:2] for r in reply[1]] == [(i, "done") for i in range(len(xs))]
+        else:
+            assert reply[0] == "oks" and reply[2] == tuple(range(len(xs)))
         for i, x in enumerate(xs):
             y = mapping.array[i * step + x.nbytes : (i + 1) * step].view(np.float32).copy()
             assert_matches(y, op.reference(x), 0)
         return engine.stats.dispatches - dispatches
     finally:
+        engines.forget({path: mapping}, path)  # unmaps it, with the views the batch kept
         os.unlink(path)
-        mapping.close()
 
 
 def test_jobs_of_one_message_run_in_one_dispatch(engine, monkeypatch):
@@ -106,3 +112,51 @@ def test_a_template_runs_whole_once_then_replays_on_new_bytes(engine):
         os.unlink(path)
         if path in mappings:  # else forget() closed it
             mapping.close()
+
+
+def test_a_batch_message_names_its_jobs_templates(engine):
+    """A "batch" message carries (job id, template id) pairs: the jobs run as one dispatch and are
+    answered by one "oks" (kernel seconds, ids); a job naming a template the worker never got is
+    answered with an error, the others still run (a batch that fails: _scenario above); the views a
+    batch keeps of a slot go with it."""
+    op = make_op("SHRINK", np.float32, (100,))
+    xs = [np.random.default_rng(10 + i).standard_normal(100).astype(np.float32) for i in range(3)]
+    path = os.path.join(tempfile.gettempdir(), f"vkact-test-{os.getpid()}-batch")
+    step = 2 * op.output.total_bytes
+    mapping = Mapping(path, step * len(xs), True)
+    engines = _Engines(engine)
+    mappings = {path: mapping}
+    for tid, (job_id, *template) in enumerate(_jobs(op, xs, path)):
+        engines.define(tid, (template[0], template[1], template[2], tuple(template[3]), template[4], template[5]))
+
+    def overwrite_outputs() -> None:  # each must be computed again
+        for i, x in enumerate(xs):
+            mapping.array[i * step + x.nbytes : (i + 1) * step] = 0xAB
+
+    def outputs_right(which=range(len(xs))) -> None:
+        for i in which:
+            x = xs[i]
+            y = mapping.array[i * step + x.nbytes : (i + 1) * step].view(np.float32).copy()
+            assert_matches(y, op.reference(x), 0)
+
+    try:
+        for i, x in enumerate(xs):
+            mapping.array[i * step : i * step + x.nbytes] = x.view(np.uint8)
+        dispatches = engine.stats.dispatches
+        reply = _reply(engines.batch(mappings, ((7, 0), (8, 1), (9, 2))))
+        assert reply[0] == "oks" and reply[2] == (7, 8, 9) and reply[1] >= 0
+        assert engine.stats.dispatches - dispatches == 1
+        outputs_right()
+
+        overwrite_outputs()
+        reply = _reply(engines.batch(mappings, ((10, 0), (11, 99), (12, 1))))
+        assert reply[0] == "done"
+        answers = {r[0]: r[1:3] for r in reply[1]}
+        assert answers[10][0] == answers[12][0] == "done"
+        assert answers[11] == ("error", "DeviceFailure")
+        outputs_right([0, 1])  # templates 0 and 1 ran (jobs 10 and 12)
+        engines.forget(mappings, path)
+        assert mapping.mm.closed  # no view that the batches kept outlives the slot
+    finally:
+        engines.forget(mappings, path)
+        os.unlink(path)

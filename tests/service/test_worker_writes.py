@@ -1,0 +1,114 @@
+"""The HTTP process's writes to its device worker never block the event loop: a job message larger than
+what the worker's socket holds (graph plans are tens to hundreds of KiB, more with VKACT_MAX_GRAPH_NODES
+raised) waits in order while the worker is busy, and the loop goes on serving meanwhile."""
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import signal
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from service.config import Settings
+from service.graph_compiler import GraphCompiler
+from service.worker import DeviceWorker
+from tests.graph_helpers import activation, chain, sample
+
+
+SEND_BUFFER = 1 << 15  # the HTTP end's, set small: the test does not depend on the system's default
+
+
+def _small_send_buffer(fd: int) -> None:
+    with socket.socket(fileno=os.dup(fd)) as end:
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+
+
+def _socket_capacity() -> int:
+    """Bytes such an end takes before a write would block (the most of writes of a few sizes, each
+    write's overhead counting against it)."""
+    most = 0
+    for size in (1 << 12, 1 << 16, 1 << 20):
+        a, b = socket.socketpair()
+        with a, b:
+            _small_send_buffer(a.fileno())
+            a.setblocking(False)
+            taken = 0
+            try:
+                while True:
+                    taken += a.send(bytes(size))
+            except BlockingIOError:
+                most = max(most, taken)
+    return most
+
+
+NODES = 64  # VKACT_MAX_GRAPH_NODES' default: a plan of ~100 KB
+
+
+def _long_chain_plan():
+    from service.descriptors.graph import parse_graph
+
+    kinds = ["SIGMOID", "TANH", "SOFTSIGN", "ELU"]
+    graph = parse_graph(chain([activation(kinds[i % 4], np.float32, (64,)) for i in range(NODES)]))
+    return graph, GraphCompiler(Settings()).compile(graph)
+
+
+@pytest.mark.timeout(180)
+def test_job_messages_larger_than_the_socket_wait_without_blocking_the_loop():
+    """The worker is stopped (SIGSTOP: it reads nothing, as while it runs a long job), and two graph
+    jobs, each plan larger than what its socket takes, are handed to it. The event loop must go on running
+    (here: a callback of its own, which then lets the worker go on); both jobs, and a job sent after
+    them, are answered correctly once it reads again, in the order they were sent."""
+    graph, plan = _long_chain_plan()
+    key = pickle.dumps(plan)
+    assert len(key) > _socket_capacity()  # else the scenario would not fill the socket
+    x = sample(np.float32, sizes=(64,))
+
+    async def scenario() -> None:
+        worker = DeviceWorker(Settings(pin_cpu="off"))  # in-process: never pin the test runner's thread
+        worker.start()
+        await worker.wait_ready(60)
+        _small_send_buffer(worker._conn.fileno())
+        pid = worker.info["pid"]
+        loop_ran = threading.Event()
+        resumed_by_timer = threading.Event()
+
+        def fallback() -> None:  # a loop blocked in a write never gets here: let the worker go on anyway
+            if not loop_ran.wait(20):
+                resumed_by_timer.set()
+                os.kill(pid, signal.SIGCONT)
+
+        try:
+            expected = (await worker.run_graph(plan, [x.view(np.uint8)], key=key))
+            expected_bytes = [bytes(v) for v in expected.outputs]
+            expected.release()
+            os.kill(pid, signal.SIGSTOP)
+            timer = threading.Thread(target=fallback, daemon=True)
+            timer.start()
+            jobs = [asyncio.ensure_future(worker.run_graph(plan, [x.view(np.uint8)], key=key)) for _ in range(2)]
+            await asyncio.sleep(0)   # both jobs are handed over (or one of them blocks the loop in its write)
+            await asyncio.sleep(0.05)
+            loop_ran.set()
+            os.kill(pid, signal.SIGCONT)
+            timer.join()
+            assert not resumed_by_timer.is_set(), "the event loop was blocked writing to a stopped worker"
+            for job in jobs:
+                result = await asyncio.wait_for(job, 60)
+                assert [bytes(v) for v in result.outputs] == expected_bytes
+                result.release()
+            after = await worker.run_graph(plan, [x.view(np.uint8)], key=key)
+            assert [bytes(v) for v in after.outputs] == expected_bytes
+            after.release()
+            assert worker.restarts == 0
+        finally:
+            loop_ran.set()
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            await worker.close()
+
+    asyncio.run(scenario())
