@@ -225,17 +225,23 @@ def test_a_cancelled_unload_and_batching_load_change_nothing(tmp_path):
 
 def test_an_absent_document_costs_one_stat_and_appears_when_written(tmp_path, monkeypatch):
     """ModelBatching.limit runs per queued job: with no document (no load with a config, the usual
-    case) it answers the service's limit from a stat alone, never opening the file; once a load
-    writes the document it is read, and once it is removed the service's limit is back."""
+    case) it answers the service's limit from one stat per LIMIT_FRESH_S, never opening the file; a
+    load through it is seen at once, and a document another process removed within LIMIT_FRESH_S."""
+    import service.dataplane.batching as batching_module
     import service.shared_file as shared_file
 
+    clock = [100.0]
+    monkeypatch.setattr(batching_module.time, "monotonic", lambda: clock[0])
     batching = ModelBatching(str(tmp_path / "batching.json"))
     op = MODELS["shrink"]
-    opened = []
-    real_open = shared_file.os.open
+    opened, stats = [], []
+    real_open, real_stat = shared_file.os.open, shared_file.os.stat
     monkeypatch.setattr(shared_file.os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
-    assert [batching.limit(op) for _ in range(3)] == [None] * 3 and opened == []
+    monkeypatch.setattr(shared_file.os, "stat", lambda *a, **k: stats.append(a[0]) or real_stat(*a, **k))
+    assert [batching.limit(op) for _ in range(3)] == [None] * 3 and opened == [] and len(stats) == 1
     asyncio.run(batching.apply(op, Batching(4, True)))
-    assert batching.limit(op) == 4
-    os.unlink(batching.path)
+    assert batching.limit(op) == 4  # its own load: at once
+    os.unlink(batching.path)  # as another process's unload would
+    assert batching.limit(op) == 4  # within LIMIT_FRESH_S: the view it took
+    clock[0] += batching_module.LIMIT_FRESH_S
     assert batching.limit(op) is None
