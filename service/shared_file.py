@@ -92,26 +92,28 @@ class SharedFile(Generic[T]):
 
     def current(self) -> T:
         """The document, reparsed only when the file was replaced (a rename is atomic: no lock). An
-        unchanged file costs one stat, and so does an absent one, the usual case (the device worker
-        handle asks for a model's batching per queued job: an open that fails too was 2 system calls
-        for 1.4 a request under wrk's load)."""
+        unchanged file costs one stat, and so does an absent one, the usual case of a document read on a
+        request's path (an open that fails as well was 2 system calls)."""
         try:
             info = os.stat(self.path)
         except FileNotFoundError:
-            if self._seen is not None:  # removed since it was read
-                self._seen, self._value = None, self._empty()
+            self._absent()
             return self._value
         if (info.st_ino, info.st_mtime_ns, info.st_size) != self._seen:
             self._reload()
         return self._value
 
+    def _absent(self) -> None:
+        """No file: the empty document (once more only if the file was there when last read)."""
+        if self._seen is not None:
+            self._seen, self._value = None, self._empty()
+
     def _reload(self) -> None:
         """Parse the file as it is now (perhaps replaced again since it was stat'ed: the one opened is kept)."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            if self._seen is not None:
-                self._seen, self._value = None, self._empty()
+        except FileNotFoundError:  # removed since the stat
+            self._absent()
             return
         try:
             info = os.fstat(fd)
