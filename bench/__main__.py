@@ -137,13 +137,15 @@ def _write(out: Path, device_name: str, text: str, kind: str) -> None:
     print(f"\nwritten to {out}")
 
 
-def _engine_header(engine: Engine, load: float) -> list[tuple[str, str]]:
-    """Date, machine (with the load average at the start and now) and device lines of a kernel section."""
+def _engine_header(engine: Engine, load: float, timing: str) -> list[tuple[str, str]]:
+    """Date, machine (with the load average at the start and now), device and kernel lines of a kernel
+    section; ``timing`` says how the kernels were timed."""
     d = engine.device
     return [
         ("Date (UTC)", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("Machine", f"{_machine()}; 1-minute load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"),
         ("Device", f"{d.name}; type {d.type}; driver {d.driver_name} {d.driver_info}; Vulkan {d.api_version}; tensors in {engine.memory} memory"),
+        ("Kernels", f"local size {engine.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; {timing}"),
     ]
 
 
@@ -163,9 +165,7 @@ def run_kernels(args: argparse.Namespace) -> None:
         engine.close()
     d = engine.device
     header = [
-        *_engine_header(engine, load),
-        ("Kernels", f"local size {engine.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
-                    f"best (median) of {args.repeat} runs after {WARMUP} warm-up runs"),
+        *_engine_header(engine, load, f"best (median) of {args.repeat} runs after {WARMUP} warm-up runs"),
         ("Peers", "; ".join(f"{name} {v}" if v else f"{name} not installed" for name, v in versions.items())
                   + " (numpy runs on one thread; the others use their default thread pools)"),
         ("Vulkan peers", "; ".join(f"{name}: {status}" for name, status in vulkan.status.items())
@@ -305,9 +305,7 @@ def run_gpu(args: argparse.Namespace) -> None:
         engine.close()
     d = engine.device
     header = [
-        *_engine_header(engine, load),
-        ("Kernels", f"local size {engine.local_size}, {engine.units_per_invocation} × 16-byte units per invocation; "
-                    f"{args.repeat} interleaved rounds after {WARMUP} warm-up rounds; each timed call dispatches and waits"),
+        *_engine_header(engine, load, f"{args.repeat} interleaved rounds after {WARMUP} warm-up rounds; each timed call dispatches and waits"),
         ("PyTorch", torch_cuda_peer.status()[1]),
         ("Accuracy", f"max ulp against the float64 reference over the first {gpu.ULP_ELEMENTS:,} elements (whole rows)"),
         ("Runtime", f"{time.perf_counter() - started:.1f} s"),
