@@ -16,7 +16,8 @@ and Threshold as request parameters. Both get the very same request bytes.
 - **16 MiB** (2^22 FLOAT32 in and out): tritonclient.http with binary data, the same request from a raw
   socket (a client that is not the wall: tritonclient spends ~45 ms of CPU decoding each answer), and with system shared memory
   (tritonclient's shm utilities: a region per server, registered, the input written once, the output
-  read back into numpy in every timed request).
+  read back into numpy in every timed request); and tritonclient.http against bench.canned, a server that
+  replays vkact's checked answer from memory: the client's own ceiling, which no server passes.
 """
 from __future__ import annotations
 
@@ -204,6 +205,23 @@ class GrpcCaller:
 
 def answer_of(url: str, body: bytes, headers: dict[str, str], x: np.ndarray) -> bytes:
     """The server's answer to this exact request, checked against numpy (tritonclient's own parser)."""
+    return _checked_answer(url, body, headers, x).content
+
+
+def canned_response(url: str, x: np.ndarray) -> bytes:
+    """The whole HTTP response (head and body) the server at ``url`` gives tritonclient.http's binary request
+    for ``x``, checked: what bench.canned replays."""
+    caller = HttpCaller(url, x)
+    try:
+        body, headers = caller.request()
+    finally:
+        caller.close()
+    answer = _checked_answer(url, body, headers, x)
+    head = "".join(f"{k}: {answer.headers[k]}\r\n" for k in ("Content-Type", "Inference-Header-Content-Length") if k in answer.headers)
+    return f"HTTP/1.1 200 OK\r\n{head}Content-Length: {len(answer.content)}\r\n\r\n".encode() + answer.content
+
+
+def _checked_answer(url: str, body: bytes, headers: dict[str, str], x: np.ndarray) -> Any:
     import httpx
     import tritonclient.http as th
 
@@ -213,7 +231,7 @@ def answer_of(url: str, body: bytes, headers: dict[str, str], x: np.ndarray) -> 
     length = response.headers.get("Inference-Header-Content-Length")
     result = th.InferenceServerClient.parse_response_body(response.content, header_length=None if length is None else int(length))
     np.testing.assert_array_equal(result.as_numpy("OutputTensor"), reference(x), err_msg=f"{url}: wrong SHRINK output")
-    return response.content
+    return response
 
 
 # -- the run -----------------------------------------------------------------------------------------
@@ -264,9 +282,9 @@ class TritonResult:
         v, t = self.latency.get(f"vkact {kind}"), self.latency.get(f"triton {kind}")
         return None if v is None or t is None else v.median / t.median
 
-    def large_ratio(self, kind: str) -> float | None:
-        """vkact's 16 MiB MB/s over Triton's: the median of the rounds' ratios (adjacent requests)."""
-        v, t = self.large.get(f"vkact {kind}"), self.large.get(f"triton {kind}")
+    def large_ratio(self, kind: str, server: str = "vkact") -> float | None:
+        """vkact's (or the ceiling's) 16 MiB MB/s over Triton's: the median of the rounds' ratios (adjacent requests)."""
+        v, t = self.large.get(f"{server} {kind}"), self.large.get(f"triton {kind}")
         return None if v is None or t is None else statistics.median(b / a for a, b in zip(v.seconds, t.seconds))
 
     @property
@@ -398,18 +416,36 @@ def measure(vkact: svc.Server, echo: svc.Server, triton: svc.Server | None, log:
 
     log(f"triton: 16 MiB ({LARGE} elements), binary and system shared memory, {LARGE_REPEAT} alternated rounds")
     large_callers: dict[str, HttpCaller | RawHttpCaller] = {}
-    try:
-        for name, server in servers.items():
-            large_callers[f"{name} binary"] = HttpCaller(server.url, large_x)
-            large_callers[f"{name} raw"] = RawHttpCaller(server.url, large_x)
-            large_callers[f"{name} shm"] = HttpCaller(server.url, large_x, shm=True)
-        for call in large_callers.values():
-            call.check()
-        large = rounds(list(large_callers.items()), LARGE_WARMUP, LARGE_REPEAT)
-    finally:
-        for call in large_callers.values():
-            call.close()
+    with _canned(vkact.url, large_x) as canned:
+        try:
+            for name, server in servers.items():
+                large_callers[f"{name} binary"] = HttpCaller(server.url, large_x)
+                large_callers[f"{name} raw"] = RawHttpCaller(server.url, large_x)
+                large_callers[f"{name} shm"] = HttpCaller(server.url, large_x, shm=True)
+            large_callers["ceiling binary"] = HttpCaller(canned.url, large_x)
+            for call in large_callers.values():
+                call.check()
+            large = rounds(list(large_callers.items()), LARGE_WARMUP, LARGE_REPEAT)
+        finally:
+            for call in large_callers.values():
+                call.close()
     return load, reasons, latency, cpu, large
+
+
+@contextmanager
+def _canned(url: str, x: np.ndarray) -> Iterator[svc.Server]:
+    """bench.canned replaying the answer of the server at ``url`` to the 16 MiB request: tritonclient's ceiling."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(prefix="vkact-bench-canned-", suffix=".http") as answer:
+        answer.write(canned_response(url, x))
+        answer.flush()
+        server = svc._launch("canned", "bench.canned", "--answer", answer.name)
+        try:
+            svc._wait_ready(server, "/")
+            yield server
+        finally:
+            svc._stop(server)
 
 
 def run(log: Callable[[str], None] = print) -> TritonResult:

@@ -1,11 +1,12 @@
 """The Triton comparison's and the profile's own logic, without any server: the Triton model's formula
 against the operator's float64 reference, the model file it is served from, the profile's stage rules,
-and the Lua string quoting of the wrk script. (The runs themselves are `make bench`'s: Triton is a bench
+the Lua string quoting of the wrk script, and the canned server that gives tritonclient's ceiling. (The runs themselves are `make bench`'s: Triton is a bench
 peer, never a test dependency.)"""
 from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,3 +100,30 @@ def test_lua_quoting_keeps_any_byte_out_of_the_syntax() -> None:
     assert '"' not in inner.replace('\\034', '') and "\n" not in inner
     # Lua's decimal escapes give the characters back
     assert re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1))), inner) == 'a"b\\c\nd/e f:1'
+
+
+def test_canned_server_replays_its_answer_whatever_is_asked(tmp_path: Path) -> None:
+    """bench.canned, tritonclient's ceiling in the Triton bench: every request on a connection, with a
+    body of any size (or none), gets the file's bytes back whole."""
+    import socket
+
+    from bench import service as svc
+
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    (tmp_path / "answer.http").write_bytes(answer)
+    server = svc._launch("canned", "bench.canned", "--answer", str(tmp_path / "answer.http"))
+    try:
+        svc._wait_ready(server, "/")
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            big = bytes(3 << 20)
+            conn.sendall(b"POST /x HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(big) + big
+                         + b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            got = b""
+            while len(got) < 2 * len(answer):
+                chunk = conn.recv(1 << 16)
+                assert chunk, "the canned server closed the connection"
+                got += chunk
+        assert got == 2 * answer
+    finally:
+        svc._stop(server)
