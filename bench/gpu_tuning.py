@@ -1,7 +1,7 @@
 """``python -m bench.gpu_tuning [--log2 26] [--repeat 10]``: the choices device_tuning makes for a GPU, measured.
 
 Workgroup size (Settings.local_size) x 16-byte units per invocation for a few packed FLOAT32 kernels (a cheap
-one, two exp-based ones, a reduction), each configuration on its own engine in interleaved rounds with that
+one, two exp-based ones, a reduction), each local size on its own engine (the units varied on it) in interleaved rounds with that
 engine's copy shader; then host against device memory, kernel alone and ``Engine.execute`` end to end.
 Prints markdown tables: kernel ms (median), and GB/s where a byte count makes sense. A measurement tool for
 a device nobody has tuned on yet, not a target.
@@ -36,20 +36,23 @@ def workgroups(log2: int, repeat: int) -> list[str]:
              "| local size | units | copy | " + " | ".join(f"{o}{'/' + str(r) if r else ''}" for o, r in OPS) + " |",
              "|---:|---:|---:|" + "---:|" * len(OPS)]
     for local in LOCAL_SIZES:
-        for units in UNITS:
-            engine = Engine(Settings(local_size=local))
+        # One engine per local size, the units varied on it (they only set each dispatch's workgroup count):
+        # on the H200 an engine per configuration saw no device after about twelve engines.
+        engine = Engine(Settings(local_size=local))
+        try:
             if engine.local_size != local:
-                lines.append(f"| {local} | {units} | beyond the device's limit ({engine.local_size}) |" + " |" * len(OPS))
-                engine.close()
+                lines.append(f"| {local} | - | beyond the device's limit ({engine.local_size}) |" + " |" * len(OPS))
                 break
-            engine.units_per_invocation = units
-            bench = VkBench(engine)
-            tasks = [("copy", bench.copy(make_op("relu", n)))]
-            tasks += [(f"{o}{r}", bench.kernel(make_op(o, n, r))) for o, r in OPS]
-            got = rounds(tasks, WARMUP, repeat)
-            lines.append(f"| {local} | {units} | " + " | ".join(f"{_median_ms(got[k]):.3f}" for k, _ in tasks) + " |")
-            print(lines[-1], file=sys.stderr, flush=True)
-            del bench, tasks, got
+            for units in UNITS:
+                engine.units_per_invocation = units
+                bench = VkBench(engine)
+                tasks = [("copy", bench.copy(make_op("relu", n)))]
+                tasks += [(f"{o}{r}", bench.kernel(make_op(o, n, r))) for o, r in OPS]
+                got = rounds(tasks, WARMUP, repeat)
+                lines.append(f"| {local} | {units} | " + " | ".join(f"{_median_ms(got[k]):.3f}" for k, _ in tasks) + " |")
+                print(lines[-1], file=sys.stderr, flush=True)
+                del bench, tasks, got
+        finally:
             engine.close()
     return lines
 
