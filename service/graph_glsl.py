@@ -241,28 +241,32 @@ ELEMS_PER_WORD = {"F32": 1, "F16": 2}
 
 def _unit_body(kernel: FusedKernel) -> list[str]:
     """One 16-byte unit of every read tensor through the nodes, node-major: each node over all of the
-    unit's elements (4 FLOAT32, 8 FLOAT16), then the next node. The elements' chains are independent;
-    side by side, a CPU driver's out-of-order core overlaps them. Element-major (one element's whole
-    chain, then the next's: ~130 dependent vector instructions per element for the exp/tanh chain of
-    4) it waited on one chain's latencies at a time. Measured on the exp/tanh chain of 4, FLOAT32,
-    alternated rounds: element-major ran 1.33x as long on llvmpipe (2^24 elements, 64.0 against
-    48.1 ms, load 2.9) and 4.6x on SwiftShader (2^22, 618 against 136 ms); bit-identical answers."""
+    unit's elements (4 FLOAT32, 8 FLOAT16; a loop over an array), then the next node. The elements'
+    chains are independent; side by side, a CPU driver's out-of-order core overlaps them.
+    Element-major (one element's whole chain, then the next's: ~130 dependent vector instructions
+    per element for the exp/tanh chain of 4) it waited on one chain's latencies at a time. Measured
+    on the exp/tanh chain of 4, alternated rounds, bit-identical answers: element-major ran 1.33x as
+    long on llvmpipe (FLOAT32, 2^24 elements, load 2.9; FLOAT16 1.26x), 3.1x on SwiftShader (2^22).
+    The loop, not one call per element: llvmpipe unrolls it (the same speed as the calls written
+    out), SwiftShader keeps it, whose compiler took over 20 GB building a 32-node chain written out
+    (MAX_FUSED_NODES) and ran the chain of 4 written out 1.5x as fast as the loop."""
     per_word = ELEMS_PER_WORD[kernel.dtype]
+    size = 4 * per_word
     places = [(c, k) for c in "xyzw" for k in range(per_word)]   # element e of the unit: word c, slot k
     extract = (lambda i, c, k: f"from_bits(r{i}.{c})") if per_word == 1 else \
         (lambda i, c, k: f"from_bits(bitfieldExtract(r{i}.{c}, {k * 16}, 16))")
-    out = [f"        ELEM_T x{i}_{e} = {extract(i, c, k)};" for i in range(kernel.reads) for e, (c, k) in enumerate(places)]
+    out = [f"        ELEM_T x{i}[{size}] = ELEM_T[]({', '.join(extract(i, c, k) for c, k in places)});" for i in range(kernel.reads)]
+    out += [f"        ELEM_T {node.result}[{size}];" for node in kernel.nodes]
     stored = set(kernel.writes)
     for n, node in enumerate(kernel.nodes):
         out.append("        " + " ".join(f"param{w} = n{n}_p{w};" for w in range(PARAM_WORDS)))
-        for e in range(len(places)):
-            args = ", ".join(f"{a}_{e}" for a in node.args)
-            out.append(f"        ELEM_T {node.result}_{e} = activate_{node.kernel}({args});")
+        args = ", ".join(f"{a}[e]" for a in node.args)
+        out.append(f"        for (int e = 0; e < {size}; ++e) {node.result}[e] = activate_{node.kernel}({args});")
         if node.result in stored:
             j = kernel.writes.index(node.result)
-            bits = [f"to_bits({node.result}_{e})" for e in range(len(places))]
+            bits = [f"to_bits({node.result}[{e}])" for e in range(size)]
             words = bits if per_word == 1 else [f"bitfieldInsert({bits[2 * w]}, {bits[2 * w + 1]}, 16, 16)" for w in range(4)]
             out.append(f"        out{j}[u] = uvec4({', '.join(words)});")
         if n < len(kernel.nodes) - 1:
-            out += [f"        {node.result}_{e} = rounded({node.result}_{e}, zero);" for e in range(len(places))]
+            out.append(f"        for (int e = 0; e < {size}; ++e) {node.result}[e] = rounded({node.result}[e], zero);")
     return out
