@@ -50,6 +50,32 @@ ROW = 1024
 TARGET = 1.25   # a chain of 4 within this many times its costliest node's kernel time
 IREE_TARGET = 1.5   # and at least this many times faster than IREE's compiled chain
 
+#: What the section says beyond its tables: where the exp/tanh chain of 4's fused time goes, measured once
+#: (branch chainexp), kept with the section that its numbers explain.
+WHERE_THE_TIME_GOES = """**Where the exp/tanh chain of 4's fused time goes** (branch chainexp; lavapipe on this machine: Sapphire
+Rapids at 2.6 GHz, 2 vCPUs, llvmpipe 8 lanes of 256 bits). Mesa's release build ignores GALLIVM_DEBUG, so
+the machine code was read from the JIT's pages (gdb attached to a process looping the fused kernel, the
+executable anonymous mapping dumped and disassembled). Per 8-lane pass of the loop (one 16-byte unit per
+lane: 32 FLOAT32 elements): every storage-buffer word is a scalar loop over the lanes with a bounds check
+(about 300 scalar instructions for the unit's load and store, what the copy shader also runs: 2^24 elements
+copied in 11-23 ms as load allows, about 2.7 instructions a cycle, not DRAM-bound), and the four formulas
+are about 250 floating-point vector instructions (per 8 elements: 28 multiplies, 26 adds, 4 subtractions, 2
+divisions, 2 roundings; lavapipe's fma is a multiply and an add, and bit-identity with the nodes run one by
+one fixes that sequence) plus about 150 logic, compare, blend and move instructions. The fused shader used
+to run one element's whole chain (about 130 dependent vector instructions) before the next element's: the
+out-of-order window held about one chain, and the kernel waited on latencies. Node-major (each node over the
+unit's 4 elements, then the next node: `graph_glsl._unit_body`), alternated rounds, bit-identical (inputs
+with every class of float bit pattern, FLOAT32 and FLOAT16, both drivers): element-major 1.33x as long on
+llvmpipe (2^24 FLOAT32: 64.0 against 48.1 ms, load 2.9), FLOAT16 1.26x, the chain of 8 1.54x (2^22, load 4.4),
+and 3.1x on SwiftShader (2^22: 1,270 against 415 ms, load 4.4). Tried and dropped, no gain or worse on
+llvmpipe: two units per invocation per pass (0.97x, noise), the next unit's load issued before the maths
+(1.08x) or after it (0.99x), 64-bit words (u64vec2, half the per-lane loads: 1.19x, the unpacking costs
+more). Is the bound real: the singles hide part of their maths under the lane loops (SCALED_TANH's ~35
+vector operations cost it 8 ms beyond the copy at 2^24, the fused kernel's ~62 cost 24), and the bound adds
+only what shows; it is itself 1.29x the costliest node, so 1.25x needs the four formulas' maths to cost
+less than it does alone in each node: out of reach with these formulas on this device. IREE's chain (18
+fma and 2 divisions in all, a rational tanh at 7-10 ulp) is now 1.76x slower than vkact's."""
+
 
 def _graph(kinds: list[str], sizes: list[int], params: dict[str, dict], dtype: DataType = DataType.FLOAT32) -> GraphDesc:
     tensor = {"DataType": dtype.value, "Sizes": sizes}
@@ -235,6 +261,6 @@ def section(device: str, header: list[tuple[str, str]], log2: int, results: list
         if four.iree_s is not None:
             faster = four.iree_s / four.fused_s
             lines.append(f"- Target, {four.name}: at least {IREE_TARGET}x faster than IREE: {faster:.2f}x, {'met' if faster >= IREE_TARGET else 'NOT met'}.")
-    lines.append("<!-- end graphs -->")
+    lines += ["", WHERE_THE_TIME_GOES, "<!-- end graphs -->"]
     return "\n".join(lines) + "\n"
 
