@@ -278,6 +278,7 @@ def test_errors_map_to_tritons_codes(gc, stub, http):
     assert 'vkact_errors_total{code="500"}' not in http.get("/metrics").text
 
 
+@pytest.mark.driver_independent
 def test_a_message_over_the_body_limit_is_resource_exhausted():
     from tests.service.conftest import start_server, stop_server
 
@@ -292,6 +293,7 @@ def test_a_message_over_the_body_limit_is_resource_exhausted():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 def test_grpc_port_zero_serves_no_grpc():
     from tests.service.conftest import free_port, start_server, stop_server
 
@@ -307,6 +309,7 @@ def test_grpc_port_zero_serves_no_grpc():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 def test_a_taken_grpc_port_stops_the_server_with_a_clear_message(server):
     from tests.service.conftest import start_server
 
@@ -356,6 +359,7 @@ def test_a_repeated_request_takes_new_bytes_and_is_still_checked(gc, stub):
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "28 bytes given" in info.value.details()
 
 
+@pytest.mark.driver_independent
 def test_grpc_needs_a_port_of_its_own():
     from pydantic import ValidationError
 
@@ -423,6 +427,7 @@ def test_a_server_without_its_device_answers_unavailable():
         proc.wait(20)
 
 
+@pytest.mark.driver_independent
 def test_typed_contents_are_bounded_like_json_values():
     """Typed contents become one Python value each, as a JSON text's numbers do: past VKACT_MAX_JSON_VALUES
     they are refused before that (RESOURCE_EXHAUSTED naming the field), and the server serves on."""
@@ -445,6 +450,7 @@ def test_typed_contents_are_bounded_like_json_values():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 def test_calls_beyond_the_bound_are_refused_and_the_others_answered():
     """At most VKACT_MAX_CONNECTIONS calls at once per process: with the device held (SIGSTOP), of three
     calls two wait on it and the third is refused with RESOURCE_EXHAUSTED; once the device goes on, both
