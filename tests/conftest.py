@@ -16,6 +16,16 @@ if TYPE_CHECKING:
     from service.engine import Engine
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # scripts/test-portability.sh deselects these (-m "not driver_independent"): make test runs them
+    config.addinivalue_line(
+        "markers",
+        "driver_independent: what the test asserts cannot differ between Vulkan drivers, memory modes or the "
+        "validation layer (its requests are refused or cut before a kernel runs: transport, parsing, limits, "
+        "process supervision; or it starts no device), so the portability run gains nothing by repeating it",
+    )
+
+
 # Every engine and conformance test runs in each of these memory modes (VKACT_TEST_MEMORY, comma-
 # separated): host (mapped buffers the shaders use directly, CPUs and integrated GPUs) and device
 # (device-local buffers behind staging copies, the discrete-GPU path).

@@ -112,3 +112,25 @@ def server() -> Iterator[Server]:
 def http(server: Server) -> Iterator[httpx.Client]:
     with server.client() as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def two_processes() -> Iterator[Server]:
+    """One server with two HTTP processes (VKACT_WORKERS=2, each with its device worker) for the tests that
+    need them and change nothing a later one reads back (graph models loaded are unloaded, a batching
+    load is undone, a shared memory region unregistered): two such processes start slowly."""
+    s = start_server(workers=2, max_graph_models=2)
+    yield s
+    metrics = httpx.get(f"{s.url}/metrics").text
+    stop_server(s)
+    assert 'vkact_errors_total{code="500"}' not in metrics, metrics
+    assert s.process.stdout is not None and b"gRPC cannot listen" not in s.process.stdout.read()
+
+
+@pytest.fixture(scope="session")
+def emulated_64bit_server() -> Iterator[Server]:
+    """A server whose kernels use no 64-bit device feature (VKACT_NATIVE_64BIT=0): what a device without
+    shaderFloat64/shaderInt64 serves, on any device."""
+    s = start_server(native_64bit="false")
+    yield s
+    stop_server(s)

@@ -18,6 +18,9 @@ import pytest
 
 from tests.service.conftest import ROOT, Server, start_server, stop_server
 
+# Driver-independent (test-portability.sh leaves them to make test): bodies refused before they are parsed or run
+pytestmark = pytest.mark.driver_independent
+
 BODY_LIMIT = 128 << 20
 # A probe must be answered, however busy the machine; how fast is the benchmark's figure. 3 s (a Kubernetes
 # probe's default timeoutSeconds is 1) failed with 32 gRPC bombs at load 8-14 on 2 cores: probes took up

@@ -14,6 +14,10 @@ import pytest
 from tests.service.test_bombs import PROBE_TIMEOUT_S
 from tests.service.conftest import Server, start_server, stop_server
 
+# Driver-independent (test-portability.sh leaves them to make test): connections and partial requests, cut before a
+# request is whole
+pytestmark = pytest.mark.driver_independent
+
 WAIT_S = 60  # the test's own bound on waiting for the server to drop a connection: far past its timeouts
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.service.conftest import start_server, stop_server
+from tests.service.conftest import Server
 from tests.service.test_v2_errors import assert_error
 
 DML = {"INT64": "DML_TENSOR_DATA_TYPE_INT64", "UINT64": "DML_TENSOR_DATA_TYPE_UINT64", "FP64": "DML_TENSOR_DATA_TYPE_FLOAT64"}
@@ -31,15 +31,10 @@ NAN, INF = math.nan, math.inf
 
 
 @pytest.fixture(scope="module", params=["device", "emulated"])
-def service(request, server) -> Iterator:
+def service(request, server) -> Server:
     """The session's server (native 64-bit kernels where the device has the features), or one whose
     kernels use no 64-bit feature (VKACT_NATIVE_64BIT=0)."""
-    if request.param == "device":
-        yield server
-        return
-    emulated = start_server(native_64bit="false")
-    yield emulated
-    stop_server(emulated)
+    return server if request.param == "device" else request.getfixturevalue("emulated_64bit_server")
 
 
 @pytest.fixture(scope="module")

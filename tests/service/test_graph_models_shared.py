@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from service.dataplane.models import MODELS
 from tests.graph_helpers import sample
-from tests.service.conftest import Server, spawned_children, start_server, stop_server
+from tests.service.conftest import Server, spawned_children
 from tests.service.test_graph_infer import grpc_infer, http_infer, lts, one_by_one, same_bits, shared
 from tests.service.test_v2 import address
 
@@ -30,16 +30,11 @@ CONNECTIONS = 24   # new connections per check: both processes answer some (each
 
 
 @pytest.fixture(scope="module")
-def two_workers() -> Iterator[Server]:
-    s = start_server(workers=2, max_graph_models=2)
-    try:
-        assert len(spawned_children(s.process.pid)) == 2
-        _until_both_ready(s)
-        yield s
-        metrics = httpx.get(f"{s.url}/metrics").text
-        assert 'vkact_errors_total{code="500"}' not in metrics, metrics
-    finally:
-        stop_server(s)
+def two_workers(two_processes: Server) -> Server:
+    """The session's two-process server (conftest: VKACT_MAX_GRAPH_MODELS=2), both processes ready."""
+    assert len(spawned_children(two_processes.process.pid)) == 2
+    _until_both_ready(two_processes)
+    return two_processes
 
 
 def _until_both_ready(server: Server) -> None:

@@ -278,6 +278,7 @@ def test_errors_map_to_tritons_codes(gc, stub, http):
     assert 'vkact_errors_total{code="500"}' not in http.get("/metrics").text
 
 
+@pytest.mark.driver_independent
 def test_a_message_over_the_body_limit_is_resource_exhausted():
     from tests.service.conftest import start_server, stop_server
 
@@ -292,6 +293,7 @@ def test_a_message_over_the_body_limit_is_resource_exhausted():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 def test_grpc_port_zero_serves_no_grpc():
     from tests.service.conftest import free_port, start_server, stop_server
 
@@ -307,6 +309,7 @@ def test_grpc_port_zero_serves_no_grpc():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 def test_a_taken_grpc_port_stops_the_server_with_a_clear_message(server):
     from tests.service.conftest import start_server
 
@@ -315,27 +318,22 @@ def test_a_taken_grpc_port_stops_the_server_with_a_clear_message(server):
     assert "gRPC cannot listen on 127.0.0.1" in str(info.value)
 
 
-def test_every_http_process_serves_grpc_on_one_port():
-    """VKACT_WORKERS=2: both processes bind the gRPC port (SO_REUSEPORT); connections reach either."""
-    from tests.service.conftest import start_server, stop_server
-
-    server = start_server(workers=2)
-    try:
-        ready_in_a_row = 0  # start_server saw one process ready; the other may still open its device
-        for _ in range(300):
-            with tg.InferenceServerClient(server.grpc) as client:
-                ready_in_a_row = ready_in_a_row + 1 if client.is_server_ready() else 0
-            if ready_in_a_row == 16:
-                break
-            time.sleep(0.1 if ready_in_a_row == 0 else 0)
-        assert ready_in_a_row == 16
-        x = np.linspace(-1, 1, 32, dtype=np.float32)
-        for _ in range(8):  # a new channel (connection) each time
-            with tg.InferenceServerClient(server.grpc) as client:
-                np.testing.assert_allclose(client.infer("tanh", grpc_inputs({"InputTensor": x})).as_numpy("OutputTensor"), np.tanh(x), rtol=1e-6, atol=1e-6)
-    finally:
-        stop_server(server)
-    assert b"gRPC cannot listen" not in server.process.stdout.read()
+def test_every_http_process_serves_grpc_on_one_port(two_processes):
+    """VKACT_WORKERS=2: both processes bind the gRPC port (SO_REUSEPORT); connections reach either (and
+    neither says it cannot listen: the two_processes fixture reads their output when it stops them)."""
+    server = two_processes
+    ready_in_a_row = 0  # start_server saw one process ready; the other may still open its device
+    for _ in range(300):
+        with tg.InferenceServerClient(server.grpc) as client:
+            ready_in_a_row = ready_in_a_row + 1 if client.is_server_ready() else 0
+        if ready_in_a_row == 16:
+            break
+        time.sleep(0.1 if ready_in_a_row == 0 else 0)
+    assert ready_in_a_row == 16
+    x = np.linspace(-1, 1, 32, dtype=np.float32)
+    for _ in range(8):  # a new channel (connection) each time
+        with tg.InferenceServerClient(server.grpc) as client:
+            np.testing.assert_allclose(client.infer("tanh", grpc_inputs({"InputTensor": x})).as_numpy("OutputTensor"), np.tanh(x), rtol=1e-6, atol=1e-6)
 
 
 def test_a_repeated_request_takes_new_bytes_and_is_still_checked(gc, stub):
@@ -356,6 +354,7 @@ def test_a_repeated_request_takes_new_bytes_and_is_still_checked(gc, stub):
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "28 bytes given" in info.value.details()
 
 
+@pytest.mark.driver_independent
 def test_grpc_needs_a_port_of_its_own():
     from pydantic import ValidationError
 
@@ -423,6 +422,7 @@ def test_a_server_without_its_device_answers_unavailable():
         proc.wait(20)
 
 
+@pytest.mark.driver_independent
 def test_typed_contents_are_bounded_like_json_values():
     """Typed contents become one Python value each, as a JSON text's numbers do: past VKACT_MAX_JSON_VALUES
     they are refused before that (RESOURCE_EXHAUSTED naming the field), and the server serves on."""
@@ -445,6 +445,7 @@ def test_typed_contents_are_bounded_like_json_values():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 def test_calls_beyond_the_bound_are_refused_and_the_others_answered():
     """At most VKACT_MAX_CONNECTIONS calls at once per process: with the device held (SIGSTOP), of three
     calls two wait on it and the third is refused with RESOURCE_EXHAUSTED; once the device goes on, both

@@ -26,6 +26,10 @@ from tests.service.test_grpc_transport import INFER, assert_serving, relu_reques
 from tests.service.test_memory_bounds import until
 from tests.service.test_process_faults import gauge
 
+# Driver-independent (test-portability.sh leaves them to make test): the gRPC transport's deadlines, in this process
+# or before a call reaches the device
+pytestmark = pytest.mark.driver_independent
+
 CANCELLED = "1"
 BIG = b"\7" * 400_000  # an answer far past HTTP/2's initial 64 KiB window
 

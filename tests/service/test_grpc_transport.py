@@ -28,6 +28,10 @@ from tests.service.test_load import worker_pid
 from tests.service.test_memory_bounds import until
 from tests.service.test_process_faults import gauge
 
+# Driver-independent (test-portability.sh leaves them to make test): the gRPC transport's wire behaviour; the RPCs'
+# answers are test_grpc.py's
+pytestmark = pytest.mark.driver_independent
+
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 

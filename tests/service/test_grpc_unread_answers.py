@@ -24,6 +24,10 @@ from tests.service.test_bombs import peak_rss
 from tests.service.test_memory_bounds import until
 from tests.service.test_process_faults import gauge
 
+# Driver-independent (test-portability.sh leaves them to make test): answers held within the budget of bytes in
+# flight, the transport's queues
+pytestmark = pytest.mark.driver_independent
+
 BUDGET = 64 << 20
 ANSWER_FLOATS = 2 << 20  # 8 MiB answers: 48 of them are six budgets
 STREAMS = 48

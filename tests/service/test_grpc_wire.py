@@ -12,6 +12,7 @@ import h2.connection
 import h2.events
 import httpx
 import numpy as np
+import pytest
 from grpc_health.v1 import health_pb2
 
 from service.api.grpc.status import INTERNAL, MAX_STATUS_MESSAGE, RESOURCE_EXHAUSTED, UNAVAILABLE, status_text
@@ -21,6 +22,10 @@ from service.native import h2grpc
 from tests.service.conftest import start_server, stop_server
 from tests.service.h2_client import PREFACE, Answer, H2Client, frame, framed, literal_headers
 from tests.service.test_grpc_transport import INFER, assert_serving, relu_request
+
+# Driver-independent (test-portability.sh leaves them to make test): the gRPC transport's faults at the wire and its
+# Session without a socket
+pytestmark = pytest.mark.driver_independent
 
 CHECK = "/grpc.health.v1.Health/Check"
 C_STATUS_CAP = 4096  # h2grpc_answer.c's MAX_STATUS_MESSAGE: the most grpc-message bytes a frame carries

@@ -8,6 +8,9 @@ import pytest
 
 from service.native import h1http
 
+# Driver-independent (test-portability.sh leaves them to make test): a parser against httptools, no device
+pytestmark = pytest.mark.driver_independent
+
 MAX_HEAD, MAX_BODY = 16384, 65536
 
 

@@ -33,6 +33,10 @@ from tests.service.test_grpc_transport import INFER, relu_of, relu_request
 from tests.service.test_memory_bounds import until
 from tests.service.test_process_faults import gauge
 
+# Driver-independent (test-portability.sh leaves them to make test): bombs and the budget of bytes in flight are
+# refused or held before any kernel
+pytestmark = pytest.mark.driver_independent
+
 BOMBS = 32
 GROWTH_BOUND = 300 << 20
 BUDGET_SLACK = 32 << 20  # beyond the budget: the compressed bodies, a step of output per inflating thread

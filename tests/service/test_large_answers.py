@@ -125,6 +125,7 @@ def read_answer_after(s: socket.socket, first: bytes) -> np.ndarray:
     return out  # type: ignore[return-value]
 
 
+@pytest.mark.driver_independent
 def test_readers_that_stall_are_cut_off_and_their_slots_given_back(small_queue):
     with connect(small_queue) as warm:
         call(warm, inputs(0))

@@ -92,6 +92,7 @@ def test_liveness_answers_while_a_64_mib_request_computes(server, tmp_path):
     assert probes >= 3, f"only {probes} probes answered while the large request was in flight"
 
 
+@pytest.mark.driver_independent
 def test_full_queue_answers_503_with_retry_after():
     server = start_server(queue_size=1)
     try:
@@ -125,6 +126,7 @@ def await_restarted_worker(client: httpx.Client, seconds: float) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.driver_independent
 def test_a_crashed_worker_is_restarted():
     server = start_server()
     try:
@@ -138,6 +140,7 @@ def test_a_crashed_worker_is_restarted():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 @pytest.mark.timeout(60)
 def test_a_queued_request_whose_caller_left_never_reaches_the_device():
     import asyncio
@@ -175,6 +178,7 @@ def _metric(client: httpx.Client, series: str) -> float:
     raise AssertionError(f"no series {series}")
 
 
+@pytest.mark.driver_independent
 def test_a_request_past_the_timeout_gets_504_and_the_service_carries_on():
     server = start_server(request_timeout_s=0.02)
     try:
@@ -201,6 +205,7 @@ def test_a_request_past_the_timeout_gets_504_and_the_service_carries_on():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("header_seen", [False, True], ids=["route", "direct path"])
 def test_a_queued_request_whose_client_hung_up_is_answered_by_nobody_and_never_runs(header_seen):
@@ -330,6 +335,7 @@ def test_equal_descriptors_spelled_differently_share_one_key_and_batch_together(
     assert dispatched == 2 + len(queued) and batches == 2 + 1 and sizes == [len(queued)] * len(queued)
 
 
+@pytest.mark.driver_independent
 def test_a_hung_device_worker_is_killed_and_the_service_recovers():
     """SIGSTOP plays a hung device: the request on it gets its 504, the watchdog kills the worker once
     the job has been on the device past device_timeout_s, readiness drops, and after the restart

@@ -32,6 +32,9 @@ from service.errors import DescriptorError, InvalidRequest, UnsupportedOnDevice
 from service.shared_file import SharedFileWriteFailed
 from tests.graph_helpers import activation, chain, linear_tanh_shrink_dict
 
+# Driver-independent (test-portability.sh leaves them to make test): no device worker
+pytestmark = pytest.mark.driver_independent
+
 SETTINGS = Settings(pin_cpu="off", max_graph_models=2)
 
 

@@ -122,19 +122,8 @@ def test_the_eleven_types_are_served_or_refused_with_the_feature(http, tc):
         assert entry["native"] or "DML_OPERATOR_ACTIVATION_SHRINK" in entry["emulated_for"], t
 
 
-@pytest.fixture(scope="module")
-def emulated_server() -> Iterator:
-    """A server whose kernels use no 64-bit device feature (VKACT_NATIVE_64BIT=0): what a device
-    without shaderFloat64/shaderInt64 serves, on any device."""
-    from tests.service.conftest import start_server, stop_server
-
-    server = start_server(native_64bit="false")
-    yield server
-    stop_server(server)
-
-
-def test_without_the_features_shrink_is_emulated_and_float64_hardmax_refused(emulated_server):
-    with emulated_server.client() as http:
+def test_without_the_features_shrink_is_emulated_and_float64_hardmax_refused(emulated_64bit_server):
+    with emulated_64bit_server.client() as http:
         device = http.get("/v1/device").json()
         assert device["features"]["used_by_kernels"] == []
         assert not device["data_types_64bit"]["DML_TENSOR_DATA_TYPE_FLOAT64"]["native"]

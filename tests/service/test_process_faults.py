@@ -18,6 +18,10 @@ from tests.service.conftest import ended, start_server, stop_server
 from tests.service.helpers import binary_request, request_body
 from tests.service.test_load import await_restarted_worker, one_request, worker_pid
 
+# Driver-independent (test-portability.sh leaves them to make test): processes killed, hung and restarted:
+# supervision, not the driver
+pytestmark = pytest.mark.driver_independent
+
 
 def gauge(client: httpx.Client, name: str) -> float:
     match = re.search(rf"^{name} (\S+)$", client.get("/metrics").text, re.M)

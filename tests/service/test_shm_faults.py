@@ -87,6 +87,7 @@ def test_an_object_shrunk_while_its_request_waits_is_a_400_and_the_server_lives(
     os.unlink(path)
 
 
+@pytest.mark.driver_independent
 @pytest.mark.timeout(180)
 def test_a_full_dev_shm_fails_registration_cleanly_and_loses_nothing():
     """The server's /dev/shm is a 2 MiB tmpfs; the test fills it through /proc/PID/root. A registration
@@ -135,6 +136,7 @@ def test_a_full_dev_shm_fails_registration_cleanly_and_loses_nothing():
         stop_server(server)
 
 
+@pytest.mark.driver_independent
 @pytest.mark.timeout(120)
 def test_registrations_are_bounded():
     server = start_server(max_shm_regions=3)
@@ -156,6 +158,7 @@ def test_registrations_are_bounded():
         os.unlink(f"/dev/shm{key}")
 
 
+@pytest.mark.driver_independent
 def test_region_names_are_bounded(server: Server):
     """A region name was any length the HTTP parser lets through (~15,000 characters in the path): at
     max_shm_regions such names made a 30 MB registry, dumped (200 ms) and written by every registration

@@ -224,6 +224,7 @@ def test_not_ready_is_503():
     asyncio.run(scenario())
 
 
+@pytest.mark.driver_independent
 def test_full_queue_answers_503_with_retry_after():
     server = start_server(queue_size=1)
     try:

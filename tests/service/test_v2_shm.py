@@ -16,7 +16,7 @@ import tritonclient.http.aio as triton_aio
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tests.service.conftest import spawned_children, start_server, stop_server
+from tests.service.conftest import spawned_children
 from tests.service.test_v2 import address, reference
 from tests.service.test_v2_errors import assert_still_serving
 
@@ -221,10 +221,10 @@ def _http_processes(server) -> list[int]:
     return spawned_children(server.process.pid)
 
 
-def test_regions_are_shared_by_the_http_processes():
+def test_regions_are_shared_by_the_http_processes(two_processes):
     """With --workers 2 a registration made through one connection serves inferences on any other, and
     an unregistration through one is seen by all."""
-    server = start_server(workers=2)
+    server = two_processes
     region = Region(64)
     try:
         x = np.arange(16, dtype=np.float32) - 8
@@ -261,5 +261,4 @@ def test_regions_are_shared_by_the_http_processes():
                 break
         assert refused == 20
     finally:
-        stop_server(server)
         shm.destroy_shared_memory_region(region.handle)
