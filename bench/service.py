@@ -94,7 +94,7 @@ def _launch(name: str, module: str, *args: str) -> Server:
     fd, log = tempfile.mkstemp(prefix=f"vkact-bench-{name}-", suffix=".log")
     with os.fdopen(fd, "wb") as out:
         # vkact unsupervised: its process is then the HTTP server, whose CPU time the benchmark reads
-        extra = ["--no-supervise"] if module == "service" else list(args)
+        extra = (["--no-supervise"] if module == "service" else []) + list(args)
         proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), "--log-level", "warning", *extra],
                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "VKACT_GRPC_PORT": str(grpc_port)})
     return Server(name, f"http://127.0.0.1:{port}", proc, Path(log), f"127.0.0.1:{grpc_port}" if module == "service" else "")
