@@ -111,7 +111,7 @@ class PhysicalDevice:
     @property
     def preserves_nan(self) -> bool:
         """Kernels may declare SignedZeroInfNanPreserve for 32-bit floats (the engine then enables
-        FLOAT_CONTROLS_EXTENSION and compiles the NAN_PRESERVE variants)."""
+        FLOAT_CONTROLS_EXTENSION and adds the mode to every module it loads: spirv_float_controls)."""
         return 32 in self.nan_preserving_widths
 
     @property
