@@ -18,27 +18,25 @@ from service.spirv_float_controls import CAPABILITY_SIGNED_ZERO_INF_NAN_PRESERVE
 MODE = 4461
 
 
-def _modes(spirv: bytes) -> list[tuple[int, int]]:
-    """(execution mode, its first operand) of every OpExecutionMode in the module."""
+def _operands(spirv: bytes, opcode: int) -> list[list[int]]:
+    """The operands of every instruction ``opcode`` in the module, in order."""
     words = np.frombuffer(spirv, "<u4")
     found, i = [], 5
     while i < len(words):
-        count, opcode = int(words[i] >> 16), int(words[i] & 0xFFFF)
-        if opcode == 16:
-            found.append((int(words[i + 2]), int(words[i + 3]) if count > 3 else -1))
+        count = int(words[i] >> 16)
+        if int(words[i] & 0xFFFF) == opcode:
+            found.append([int(w) for w in words[i + 1 : i + count]])
         i += count
     return found
+
+
+def _modes(spirv: bytes) -> list[tuple[int, int]]:
+    """(execution mode, its first operand) of every OpExecutionMode in the module."""
+    return [(ops[1], ops[2] if len(ops) > 2 else -1) for ops in _operands(spirv, 16)]
 
 
 def _capabilities(spirv: bytes) -> set[int]:
-    words = np.frombuffer(spirv, "<u4")
-    found, i = set(), 5
-    while i < len(words):
-        count, opcode = int(words[i] >> 16), int(words[i] & 0xFFFF)
-        if opcode == 17:
-            found.add(int(words[i + 1]))
-        i += count
-    return found
+    return {ops[0] for ops in _operands(spirv, 17)}
 
 
 @pytest.fixture(scope="module")
