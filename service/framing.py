@@ -1,5 +1,5 @@
-"""The messages between the HTTP process and its device worker, over the socket pair that
-``multiprocessing.Pipe`` makes: each a 4-byte length and a payload.
+"""The messages between the HTTP process and its device worker, over two pipes (jobs one way, replies
+the other: service.worker.DeviceWorker.start says why): each a 4-byte length and a payload.
 
 Most payloads are pickled tuples. Those of repeated requests, the bulk of the traffic, have fixed
 layouts instead (a tag byte and structs): "go" (job id, template id) and "ok" (job id, kernel
@@ -69,9 +69,9 @@ def send(fd: int, *msg: Any) -> None:
 
 class Writer:
     """Messages to the other end from an event loop, never blocking it: the descriptor is made
-    non-blocking, what the socket takes at once is written, and the rest (a message larger than the
-    socket's buffer while the worker is busy: a graph plan is 100 KiB at 64 nodes, the buffer ~200 KiB)
-    waits here and is written as the socket drains. A message written while others wait goes after them,
+    non-blocking, what the pipe takes at once is written, and the rest (a message larger than the
+    pipe's buffer while the worker is busy: a graph plan is 100 KiB at 64 nodes, the buffer 64 KiB)
+    waits here and is written as the pipe drains. A message written while others wait goes after them,
     so the messages keep their order. Only this end's descriptor changes: the other end stays blocking."""
 
     def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
@@ -81,12 +81,12 @@ class Writer:
 
     @property
     def pending(self) -> int:
-        """Bytes waiting for room in the socket."""
+        """Bytes waiting for room in the pipe."""
         return len(self._pending)
 
     def write(self, data: bytes) -> None:
         """Write ``data`` (one or more encoded messages) now, or after the bytes already waiting.
-        OSError (other than a full socket) when the other end is gone."""
+        OSError (other than a full pipe) when the other end is gone."""
         if self._pending:
             self._pending += data
             return
