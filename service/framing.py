@@ -27,6 +27,8 @@ _LENGTH = struct.Struct("<I")
 _READ = 1 << 16
 _COMPACT = {"go": (b"G", struct.Struct("<QI")), "ok": (b"K", struct.Struct("<Qd"))}  # job ids count up for the life of the server
 _BY_TAG = {tag[0]: (kind, layout) for kind, (tag, layout) in _COMPACT.items()}
+# each compact message whole, its length and tag included: one pack a message
+_FRAMES = {kind: (struct.Struct("<Ic" + layout.format.lstrip("<")), 1 + layout.size, tag) for kind, (tag, layout) in _COMPACT.items()}
 _BATCH, _BATCH_JOB = b"B", struct.Struct("<QI")       # then (job id, template id) per job
 _OKS, _OKS_HEAD, _OKS_JOB = b"D", struct.Struct("<d"), struct.Struct("<Q")  # kernel seconds, then each job id
 
@@ -39,8 +41,8 @@ def encode(*msg: Any) -> bytes:
 
 def encode_compact(kind: str, *values: int | float) -> bytes:
     """A "go" or "ok" message (see the module's description)."""
-    tag, layout = _COMPACT[kind]
-    return _LENGTH.pack(1 + layout.size) + tag + layout.pack(*values)
+    frame, size, tag = _FRAMES[kind]
+    return frame.pack(size, tag, *values)
 
 
 def encode_batch(jobs: list[tuple[int, int]]) -> bytes:
@@ -58,9 +60,11 @@ def encode_oks(seconds: float, jobs: list[int]) -> bytes:
 def write(fd: int, data: bytes) -> None:
     """Write ``data`` (one or more encoded messages) whole; the descriptor is blocking, so this
     returns once it is written."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    written = os.write(fd, data)  # the whole of a small message (a pipe takes up to PIPE_BUF at once)
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def send(fd: int, *msg: Any) -> None:
