@@ -246,9 +246,9 @@ class DeviceWorker:
         ctx = mp.get_context("spawn")  # never fork a process that may hold Vulkan state or threads
         # One pipe each way, not one socket pair both ways: on a socket pair, this side's read of a reply
         # woke the worker's job thread, blocked reading the same socket, for nothing (the write-space wake
-        # of a unix stream socket), a switch pair a request on the worker's CPU; and a pipe's write and read
-        # cost less than a socket's (two processes on one CPU, a 21-byte job and its reply: 3.0 us a
-        # round trip against 4.6, /tmp measurement in bench/RESULTS.md).
+        # of a unix stream socket); and a pipe's write and read cost less than a socket's (two processes
+        # on one CPU, a 21-byte job and its reply: 3.0 us a round trip against 4.6). bench/RESULTS.md
+        # ("The device hop after v1lat's profile") has what it changed in the service.
         jobs_in, self._jobs = ctx.Pipe(duplex=False)
         self._replies, replies_out = ctx.Pipe(duplex=False)
         self._reader = framing.Reader(self._replies.fileno())
