@@ -90,7 +90,9 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         else:
             self.cycle = cycle = self._cycle(path, raw_path, headers, body, keep_alive)
         if existing is None or existing.response_complete:
-            self._start_asgi_task(cycle, app)
+            # a direct request whose answer can be written at once: no task, where its job can go at once
+            if direct is None or self.flow.write_paused or not cycle.start(app):  # type: ignore[union-attr]
+                self._start_asgi_task(cycle, app)
         else:  # pipelined behind an answer in progress: queued, and no more reading meanwhile
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))
