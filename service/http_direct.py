@@ -5,10 +5,16 @@ Served "as uvicorn would have", each such request cost a scope dict, uvicorn's R
 its asyncio.Event, Starlette's Request and Response, and the ASGI messages their send() turns back into
 bytes. Here one object (DirectCycle) stands where uvicorn's cycle stands in the protocol (its ``cycle``,
 its pipeline, so keep-alive, Connection: close, pipelining order and write flow control stay the
-protocol's), and its one task looks the request's header up in the routes' caches (v2.routes.repeated,
-v1.routes.repeated), runs the job through the data plane (dataplane.execution.execute: the request
-timeout, the client's departure) and writes the answer's status line, headers and body, their headers
-built once per header, in one write (api.execution.send_whole).
+protocol's). It looks the request's header up in the routes' caches (v2.routes.repeated,
+v1.routes.repeated), runs the job through the data plane and writes the answer's status line, headers
+and body, their headers built once per header, in one write (api.execution.send_whole).
+
+Where nothing has to wait (DirectCycle.start: no answer in progress on the connection, writing not
+paused, the device worker idle, a slot free, small inputs) that happens without a task or a coroutine:
+the job is copied into its slot and sent from data_received (dataplane.execution.start), and the answer
+is written from the reply's callback; a task per request, its coroutine layers and their wake-up were
+about 15 us of a sequential /v1 request's p50 (bench/RESULTS.md). Otherwise one task does it
+(dataplane.execution.execute: the request timeout, the client's departure), as it did before.
 
 Only what the cache already decided comes this way: a /v2 or /v1 binary frame whose JSON header was
 parsed and validated before, answered in binary from its header's cached JSON, no X-Request-ID given, no
