@@ -36,7 +36,7 @@ from .api.execution import count_against, end_response, send_whole, write_whole
 from .api.v1 import routes as v1
 from .api.v2 import routes as v2
 from .api.v2.encoding import choose_encoding
-from .dataplane.execution import execute, record_success, start
+from .dataplane.execution import execute, record_success, start, startable
 from .limits import UNCHARGED_BYTES
 from .worker import Result
 
@@ -80,6 +80,9 @@ def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | N
     return None, None, header_length.decode("latin-1")
 
 
+_UNPLANNED = object()
+
+
 class DirectCycle:
     """A request on the direct path, where uvicorn's RequestResponseCycle stands in the protocol: the
     attributes the protocol (connection_lost, shutdown, the pipeline), http_guard and send_whole read
@@ -88,7 +91,7 @@ class DirectCycle:
 
     __slots__ = ("proto", "path", "raw_path", "headers", "body", "transport", "flow", "default_headers", "keep_alive", "on_response",
                  "disconnected", "response_started", "response_complete", "waiting_for_100_continue", "route",
-                 "app", "parsed", "started", "input_bytes", "later")
+                 "app", "parsed", "started", "input_bytes", "later", "planned")
     message_event = _NoEvent
 
     def __init__(self, proto: NativeHttpProtocol, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
@@ -99,13 +102,21 @@ class DirectCycle:
         self.keep_alive, self.on_response, self.route = keep_alive, proto.on_response_complete, route
         self.disconnected = self.response_started = self.response_complete = self.waiting_for_100_continue = False
         self.later: Coroutine[Any, Any, None] | None = None  # what the task runs instead of _serve (see _in_task)
+        self.planned: object = _UNPLANNED  # _plan's answer
 
     def run_asgi(self, app: hot_routes.VkactApp) -> Coroutine[Any, Any, None]:
         later, self.later = self.later, None
         return later if later is not None else self._serve(app)
 
     def _plan(self, state: Runtime) -> tuple[v1.Parsed | v2._Parsed, memoryview] | None:
-        """The cached parse and the tensor bytes of a request the direct path answers; None: the route decides."""
+        """The cached parse and the tensor bytes of a request the direct path answers; None: the route decides.
+        Looked up once: ``start`` leaves it to the task where the job cannot go at once."""
+        if self.planned is not _UNPLANNED:
+            return self.planned  # type: ignore[return-value]
+        self.planned = self._look_up(state)
+        return self.planned
+
+    def _look_up(self, state: Runtime) -> tuple[v1.Parsed | v2._Parsed, memoryview] | None:
         model, version, header_length = self.route
         body = memoryview(self.body)
         # h1http's bodies are never charged to the budget of bytes in flight (read_body's rule); one over
@@ -124,6 +135,8 @@ class DirectCycle:
         (an error included) as before."""
         self.started = time.perf_counter()
         state = app.runtime
+        if not startable(state):  # the task queues it
+            return False
         plan = self._plan(state)
         if plan is None:
             return False

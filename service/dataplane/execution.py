@@ -85,6 +85,12 @@ async def watched(
             watcher.cancel()
 
 
+def startable(state: Runtime) -> bool:
+    """Whether ``start`` may send a job now (the device worker idle): where it may not, the caller need not
+    prepare one for it."""
+    return state.worker is not None and state.worker.idle
+
+
 def start(state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool, key: bytes | None,
           answer: Callable[[Result | None, BaseException | None], None], loop: asyncio.AbstractEventLoop) -> bool:
     """``execute`` without a coroutine, where nothing must wait: ``op`` handed to the device worker now
