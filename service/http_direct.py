@@ -59,7 +59,7 @@ class _NoEvent:
 def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str] | None:
     """(model, version, Inference-Header-Content-Length) of a request the direct path may take: a /v2
     (model set) or /v1 (model None) inference with a binary frame, nothing in its headers that the
-    route would answer differently; None for any other."""
+    route (or uvicorn's proxy headers middleware, X-Forwarded-*) would answer differently; None for any other."""
     found = hot_routes.route("POST", path)
     if found is None:
         return None
@@ -69,7 +69,7 @@ def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | N
         if name == b"inference-header-content-length":
             if header_length is None:  # the first, as the route reads it (Starlette's Headers.get)
                 header_length = value
-        elif name == b"content-encoding" or name == b"x-request-id":
+        elif name == b"content-encoding" or name == b"x-request-id" or name.startswith(b"x-forwarded-"):  # the last: for the proxy middleware
             return None
         elif name == b"accept-encoding" and handler in _V2 and choose_encoding(value.decode("latin-1")) is not None:
             return None
