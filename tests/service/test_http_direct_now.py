@@ -240,3 +240,50 @@ def test_over_a_real_worker_the_answers_are_the_task_paths_and_a_killed_worker_i
     assert counted == 9  # each answer once
     status, headers, body = lost
     assert sent_at_once and status == 503 and headers["retry-after"] == "1" and json.loads(body)["error"]
+
+
+def test_connection_close_and_a_shutdown_under_a_job_sent_at_once_close_after_the_answer():
+    async def run():
+        worker = FastEcho()
+        harness = Harness(worker)
+        closed = {}
+        for how in ("Connection: close", "shutdown"):
+            proto, transport = harness.connect()
+            proto.data_received(V1)
+            await settle(proto)
+            worker.reply()
+            await settle(proto)
+            extra = {"Connection": "close"} if how == "Connection: close" else {}
+            body, headers = binary_request(request_body("IDENTITY", x), x.view(np.uint8))
+            proto.data_received(http("/v1/execute", body, {**headers, **extra}))
+            if how == "shutdown":
+                proto.shutdown()  # uvicorn's graceful shutdown: the answer in progress goes out, then the connection closes
+            open_before = not transport.closed and not proto.tasks
+            worker.reply()
+            await until(lambda: len(answers(transport.written)) == 2)
+            closed[how] = (open_before, transport.closed, answers(transport.written)[1])
+        return closed
+
+    for how, (open_before, closed, (status, headers, body)) in asyncio.run(run()).items():
+        assert open_before and closed, how
+        assert status == 200 and headers["connection"] == "close" and body.endswith(x.tobytes()), how
+
+
+def test_an_answer_whose_transport_has_no_room_waits_for_it_in_a_task():
+    async def run():
+        worker = FastEcho()
+        harness = Harness(worker)
+        proto, transport = await second_request(harness, V2)
+        proto.pause_writing()  # the transport's buffer filled meanwhile
+        worker.reply()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        waiting = (len(answers(transport.written)), len(proto.tasks), worker.jobs[-1].released)
+        proto.resume_writing()
+        await settle(proto)
+        return harness, waiting, answers(transport.written)
+
+    harness, waiting, got = asyncio.run(run())
+    assert waiting == (1, 1, True)  # the answer copied out of the slot, its task waiting for room
+    assert [status for status, _, _ in got] == [200, 200] and got[1][2].endswith(x.tobytes())
+    assert harness.stats().nv_inference_request_success == 2
