@@ -5,10 +5,16 @@ Served "as uvicorn would have", each such request cost a scope dict, uvicorn's R
 its asyncio.Event, Starlette's Request and Response, and the ASGI messages their send() turns back into
 bytes. Here one object (DirectCycle) stands where uvicorn's cycle stands in the protocol (its ``cycle``,
 its pipeline, so keep-alive, Connection: close, pipelining order and write flow control stay the
-protocol's), and its one task looks the request's header up in the routes' caches (v2.routes.repeated,
-v1.routes.repeated), runs the job through the data plane (dataplane.execution.execute: the request
-timeout, the client's departure) and writes the answer's status line, headers and body, their headers
-built once per header, in one write (api.execution.send_whole).
+protocol's). It looks the request's header up in the routes' caches (v2.routes.repeated,
+v1.routes.repeated), runs the job through the data plane and writes the answer's status line, headers
+and body, their headers built once per header, in one write (api.execution.send_whole).
+
+Where nothing has to wait (DirectCycle.start: no answer in progress on the connection, writing not
+paused, the device worker idle, a slot free, small inputs) that happens without a task or a coroutine:
+the job is copied into its slot and sent from data_received (dataplane.execution.start), and the answer
+is written from the reply's callback; a task per request, its coroutine layers and their wake-up were
+about 15 us of a sequential /v1 request's p50 (bench/RESULTS.md). Otherwise one task does it
+(dataplane.execution.execute: the request timeout, the client's departure), as it did before.
 
 Only what the cache already decided comes this way: a /v2 or /v1 binary frame whose JSON header was
 parsed and validated before, answered in binary from its header's cached JSON, no X-Request-ID given, no
@@ -23,17 +29,21 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
 from .api import hot_routes
-from .api.execution import count_against, send_whole
+from .api.execution import count_against, end_response, send_whole, write_whole
 from .api.v1 import routes as v1
 from .api.v2 import routes as v2
 from .api.v2.encoding import choose_encoding
-from .dataplane.execution import execute, record_success
+from .dataplane.execution import execute, record_success, start, startable
 from .limits import UNCHARGED_BYTES
 from .worker import Result
 
 if TYPE_CHECKING:
+    from .api.runtime import Runtime
     from .http_native import NativeHttpProtocol
+    from .operators import OperatorDesc
 
 _V2 = (v2.infer, v2.infer_version)
 
@@ -49,7 +59,7 @@ class _NoEvent:
 def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str] | None:
     """(model, version, Inference-Header-Content-Length) of a request the direct path may take: a /v2
     (model set) or /v1 (model None) inference with a binary frame, nothing in its headers that the
-    route would answer differently; None for any other."""
+    route (or uvicorn's proxy headers middleware, X-Forwarded-*) would answer differently; None for any other."""
     found = hot_routes.route("POST", path)
     if found is None:
         return None
@@ -59,7 +69,7 @@ def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | N
         if name == b"inference-header-content-length":
             if header_length is None:  # the first, as the route reads it (Starlette's Headers.get)
                 header_length = value
-        elif name == b"content-encoding" or name == b"x-request-id":
+        elif name == b"content-encoding" or name == b"x-request-id" or name.startswith(b"x-forwarded-"):  # the last: for the proxy middleware
             return None
         elif name == b"accept-encoding" and handler in _V2 and choose_encoding(value.decode("latin-1")) is not None:
             return None
@@ -70,13 +80,18 @@ def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | N
     return None, None, header_length.decode("latin-1")
 
 
+_UNPLANNED = object()
+
+
 class DirectCycle:
     """A request on the direct path, where uvicorn's RequestResponseCycle stands in the protocol: the
     attributes the protocol (connection_lost, shutdown, the pipeline), http_guard and send_whole read
-    and set, and ``run_asgi(app)``, which uvicorn's _start_asgi_task runs as the request's task."""
+    and set; ``start(app)``, which answers it without a task where its job can go to the device at once;
+    and ``run_asgi(app)``, which uvicorn's _start_asgi_task runs as the request's task otherwise."""
 
     __slots__ = ("proto", "path", "raw_path", "headers", "body", "transport", "flow", "default_headers", "keep_alive", "on_response",
-                 "disconnected", "response_started", "response_complete", "waiting_for_100_continue", "route")
+                 "disconnected", "response_started", "response_complete", "waiting_for_100_continue", "route",
+                 "app", "parsed", "started", "input_bytes", "later", "planned")
     message_event = _NoEvent
 
     def __init__(self, proto: NativeHttpProtocol, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
@@ -86,26 +101,100 @@ class DirectCycle:
         self.default_headers = proto.server_state.default_headers
         self.keep_alive, self.on_response, self.route = keep_alive, proto.on_response_complete, route
         self.disconnected = self.response_started = self.response_complete = self.waiting_for_100_continue = False
+        self.later: Coroutine[Any, Any, None] | None = None  # what the task runs instead of _serve (see _in_task)
+        self.planned: object = _UNPLANNED  # _plan's answer
 
     def run_asgi(self, app: hot_routes.VkactApp) -> Coroutine[Any, Any, None]:
-        return self._serve(app)
+        later, self.later = self.later, None
+        return later if later is not None else self._serve(app)
 
-    async def _serve(self, app: hot_routes.VkactApp) -> None:
-        started = time.perf_counter()
-        state = app.runtime
+    def _plan(self, state: Runtime) -> tuple[v1.Parsed | v2._Parsed, memoryview] | None:
+        """The cached parse and the tensor bytes of a request the direct path answers; None: the route decides.
+        Looked up once: ``start`` leaves it to the task where the job cannot go at once."""
+        if self.planned is not _UNPLANNED:
+            return self.planned  # type: ignore[return-value]
+        self.planned = self._look_up(state)
+        return self.planned
+
+    def _look_up(self, state: Runtime) -> tuple[v1.Parsed | v2._Parsed, memoryview] | None:
         model, version, header_length = self.route
         body = memoryview(self.body)
         # h1http's bodies are never charged to the budget of bytes in flight (read_body's rule); one over
         # a limit is the route's to refuse
-        plan = None
-        if len(body) <= min(UNCHARGED_BYTES, state.settings.max_body_bytes, state.inflight.limit):
-            plan = v2.repeated(state, model, version, header_length, body) if model is not None else v1.repeated(state, header_length, body)
+        if len(body) > min(UNCHARGED_BYTES, state.settings.max_body_bytes, state.inflight.limit):
+            return None
+        return v2.repeated(state, model, version, header_length, body) if model is not None else v1.repeated(state, header_length, body)
+
+    # -- without a task: the job sent from data_received, the answer written from its reply's callback --
+
+    def start(self, app: hot_routes.VkactApp) -> bool:
+        """Send the request's job to the device now and answer it from the reply's callback (``_answered``),
+        where it can go at once (dataplane.execution.start: the worker idle, a slot free); the protocol
+        calls it only where the answer could be written at once too (no answer in progress, writing not
+        paused). False, nothing done nor sent: the caller starts the task, which meets the same request
+        (an error included) as before."""
+        self.started = time.perf_counter()
+        state = app.runtime
+        if not startable(state):  # the task queues it
+            return False
+        plan = self._plan(state)
+        if plan is None:
+            return False
+        parsed, tail = plan
+        self.app, self.parsed = app, parsed
+        try:
+            buffers = parsed.buffers(tail)
+            self.input_bytes = sum(b.nbytes for b in buffers)
+            return start(state, parsed.op, buffers, parsed.in_place, parsed.key, self._answered, self.proto.loop)
+        except Exception:  # noqa: BLE001 - nothing sent: the task path raises it again and answers it
+            return False
+
+    def _answered(self, result: Result | None, exc: BaseException | None) -> None:
+        """The reply to ``start``'s job: the answer written at once, or an error answered in a task as
+        ``_serve`` answers it."""
+        parsed = self.parsed
+        request_id = v2.fresh_request_id() if self.route[0] is not None else None
+        if result is not None:
+            try:
+                try:
+                    content = _frame(parsed, result)
+                finally:
+                    result.release()
+            except Exception as error:  # noqa: BLE001
+                exc = error
+        if exc is not None:
+            self._in_task(self.proto.run_cycle(self, _Failed(self.app, exc, parsed.op.type_name(), request_id)))  # type: ignore[arg-type]
+            return
+        assert result is not None
+        headers = _headers(parsed, request_id)
+        if self.flow.write_paused and not self.disconnected:  # the transport has no room: send_whole waits for it
+            self._in_task(self._send(self.app.runtime, parsed.op, headers, content, self.started, result, self.input_bytes))
+            return
+        try:
+            if write_whole(self, headers, content):
+                end_response(self)
+        except Exception as error:  # noqa: BLE001 - as uvicorn's run_asgi: logged, the connection closed
+            self._lost(error)
+            return
+        record_success(self.app.runtime, parsed.op, self.started, result, self.input_bytes, parsed.op.output.total_bytes)
+
+    def _in_task(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Finish the request in a task after all, as uvicorn runs one (the protocol's tasks)."""
+        self.later = coroutine
+        HttpToolsProtocol._start_asgi_task(self.proto, self, self.app)  # type: ignore[arg-type]
+
+    # -- the task path -------------------------------------------------------------------------------
+
+    async def _serve(self, app: hot_routes.VkactApp) -> None:
+        started = time.perf_counter()
+        state = app.runtime
+        plan = self._plan(state)
         if plan is None:
             await self.proto.run_cycle(self, app)
             return
         parsed, tail = plan
         op = parsed.op
-        request_id = v2.fresh_request_id() if model is not None else None
+        request_id = v2.fresh_request_id() if self.route[0] is not None else None
         try:
             buffers = parsed.buffers(tail)
             result = await execute(state, op, buffers, parsed.in_place, parsed.key, self.proto._departure)
@@ -118,14 +207,24 @@ class DirectCycle:
         except Exception as exc:  # noqa: BLE001 - answered by the route's error handlers
             await self.proto.run_cycle(self, _Failed(app, exc, op.type_name(), request_id))
             return
-        headers = parsed.frame_headers if request_id is None else [*parsed.frame_headers, (b"x-request-id", request_id)]
+        await self._send(state, op, _headers(parsed, request_id), content, started, result, sum(b.nbytes for b in buffers))
+
+    async def _send(self, state: Runtime, op: OperatorDesc, headers: list[tuple[bytes, bytes]], content: bytes, started: float,
+                    result: Result, input_bytes: int) -> None:
         try:
             await send_whole(self, headers, content)
         except Exception as exc:  # noqa: BLE001 - as uvicorn's run_asgi: logged, the connection closed
-            self.proto.logger.error("Exception in the direct HTTP path", exc_info=exc)
-            self.transport.close()
+            self._lost(exc)
             return
-        record_success(state, op, started, result, sum(b.nbytes for b in buffers), op.output.total_bytes)
+        record_success(state, op, started, result, input_bytes, op.output.total_bytes)
+
+    def _lost(self, exc: Exception) -> None:
+        self.proto.logger.error("Exception in the direct HTTP path", exc_info=exc)
+        self.transport.close()
+
+
+def _headers(parsed: v1.Parsed | v2._Parsed, request_id: bytes | None) -> list[tuple[bytes, bytes]]:
+    return parsed.frame_headers if request_id is None else [*parsed.frame_headers, (b"x-request-id", request_id)]  # type: ignore[return-value]
 
 
 def _frame(parsed: v1.Parsed | v2._Parsed, result: Result) -> bytes:

@@ -79,8 +79,11 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         or on the direct path (service/http_direct.py)."""
         cycle: RequestResponseCycle | DirectCycle
         if len(self.connections) <= self.max_connections:
-            app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
-            direct = direct_route(path, headers) if app is self.direct_app else None
+            direct = direct_route(path, headers) if self.direct_app is not None else None  # None with X-Forwarded-*
+            if direct is not None:
+                app = self.direct_app
+            else:
+                app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
         else:  # POST: never a liveness probe
             app, direct = _busy, None
             self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
@@ -90,7 +93,9 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         else:
             self.cycle = cycle = self._cycle(path, raw_path, headers, body, keep_alive)
         if existing is None or existing.response_complete:
-            self._start_asgi_task(cycle, app)
+            # a direct request whose answer can be written at once: no task, where its job can go at once
+            if direct is None or self.flow.write_paused or not cycle.start(app):  # type: ignore[union-attr]
+                self._start_asgi_task(cycle, app)
         else:  # pipelined behind an answer in progress: queued, and no more reading meanwhile
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))

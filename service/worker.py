@@ -338,27 +338,51 @@ class DeviceWorker:
         (``descriptor_key(op)``), for callers that keep it: the worker caches descriptors and their
         recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
         and -1 when it leaves the queue (to the device, or dropped)."""
+        job = self._new_job(op, inputs, in_place, key)
+        await self._fill(job, inputs)
+        kernel_seconds, batch_size = await self._submit(job, sum(a.nbytes for a in inputs), waiting)
+        return self.result(job, kernel_seconds, batch_size)
+
+    def _new_job(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None) -> _Job:
+        """``op``'s job on ``inputs``, its slot taken (Busy when none is left), nothing written yet."""
         key = key or descriptor_key(op)
         facts = self._facts.get(key)
         if facts is None:
             facts = self._facts[key] = _Facts(op)
             if len(self._facts) > OPS_CACHED:
                 del self._facts[next(iter(self._facts))]
-        sizes = [a.nbytes for a in inputs]
-        offsets, cursor = _lay_out(sizes, 0)
+        offsets, cursor = _lay_out([a.nbytes for a in inputs], 0)
         output = offsets[0] if in_place else (cursor, facts.output_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
-        job = _Job(next(self._ids), op, slot, offsets, output, in_place, self._future(), key, concatenable=facts.concatenable)
-        await self._fill(job, inputs)
-        kernel_seconds, batch_size = await self._submit(job, sum(sizes), waiting)
+        return _Job(next(self._ids), op, slot, offsets, output, in_place, self._future(), key, concatenable=facts.concatenable)
+
+    def result(self, job: _Job, kernel_seconds: float, batch_size: int) -> Result:
+        """The Result of ``job``, answered with what its future holds (kernel seconds, batch size)."""
         offset, n = job.output
-        return Result(
-            memoryview(slot.mapping.mm)[offset : offset + n],
-            kernel_seconds,
-            job.started_at - job.queued_at,
-            job,
-            batch_size,
-        )
+        return Result(memoryview(job.slot.mapping.mm)[offset : offset + n], kernel_seconds, job.started_at - job.queued_at, job, batch_size)
+
+    # -- the direct HTTP path's entry (dataplane.execution.start): no coroutine where nothing waits --
+
+    def submit_now(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None) -> _Job | None:
+        """``run``'s job handed to the worker process at once, where ``run`` would not wait on anything: the
+        worker idle (the job is not queued), every input bytes of at most LARGE (copied here, as ``_fill``
+        copies them). Its future gets what ``run`` awaits, (kernel seconds, batch size): pass them to
+        ``result``; cancelling the future drops the answer (the slot is freed when the worker is done
+        with it, as for a cancelled ``run``). None, and nothing done, where ``run`` must decide; Busy
+        when no slot is left."""
+        if not self.idle or not all(isinstance(a, np.ndarray) and a.nbytes <= LARGE for a in inputs):
+            return None
+        job = self._new_job(op, inputs, in_place, key)
+        array = job.slot.mapping.array
+        try:
+            for (offset, n), data in zip(job.inputs, inputs):
+                array[offset : offset + n] = data
+        except BaseException:
+            job.release()
+            raise
+        self._window.take()
+        self._send([job])
+        return job
 
     async def run_graph(self, plan: GraphPlan, inputs: Sequence[np.ndarray | Source], key: bytes | None = None) -> GraphResult:
         """Queue a compiled graph (``GraphCompiler.compile``; compile it off the event loop, e.g. in

@@ -218,8 +218,24 @@ async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes
     takes no byte for that many seconds cut off (see _until_written)."""
     if cycle.flow.write_paused and not cycle.disconnected:
         await cycle.flow.drain()
-    if cycle.disconnected:
+    if not write_whole(cycle, headers, body, until_written is not None):
         return
+    if until_written is not None:
+        try:
+            await _until_written(cycle.transport, cycle.flow, until_written)
+        except BaseException:  # cancelled (a shutdown): the held bytes must not be sent once the slot is given back
+            cycle.transport.abort()
+            raise
+    end_response(cycle)
+
+
+def write_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes | memoryview | tuple[bytes | memoryview, ...],
+                held: bool = False) -> bool:
+    """send_whole's write, without waiting for the transport's room (the caller has it: flow control not
+    paused); False, nothing written, where the client has gone. ``held``: the transport pauses writing
+    while it holds any byte (send_whole's ``until_written``). ``end_response`` follows it."""
+    if cycle.disconnected:
+        return False
     if cycle.response_started:
         raise RuntimeError("a response was already started")
     cycle.response_started = True
@@ -231,8 +247,8 @@ async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes
         head.append(b"connection: close\r\n")
     head.append(b"\r\n")
     parts = body if isinstance(body, tuple) else (body,)
-    transport, flow = cycle.transport, cycle.flow
-    if until_written is not None:  # flow paused while the transport holds any byte, resumed once it holds none
+    transport = cycle.transport
+    if held:  # flow paused while the transport holds any byte, resumed once it holds none
         transport.set_write_buffer_limits(high=0, low=0)
     if sum(len(p) for p in parts) <= JOIN_BYTES:
         head += parts
@@ -241,14 +257,13 @@ async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes
         transport.writelines((b"".join(head), *parts))
     cycle.response_complete = True
     cycle.message_event.set()
-    if until_written is not None:
-        try:
-            await _until_written(transport, flow, until_written)
-        except BaseException:  # cancelled (a shutdown): the held bytes must not be sent once the slot is given back
-            transport.abort()
-            raise
+    return True
+
+
+def end_response(cycle: Any) -> None:
+    """After an answer written whole: the connection closed where it is not kept alive, the next request's turn."""
     if not cycle.keep_alive:
-        transport.close()
+        cycle.transport.close()
     cycle.on_response()
 
 

@@ -77,12 +77,49 @@ async def watched(
             if counted is not None:
                 state.metrics.triton.failure(counted)
             return None
-        raise Timeout(f"no answer from the device within {deadlines.seconds} s") from None
+        raise _timeout(state) from None
     finally:
         finished = True
         deadlines.done(deadline)
         if watcher is not None:
             watcher.cancel()
+
+
+def startable(state: Runtime) -> bool:
+    """Whether ``start`` may send a job now (the device worker idle): where it may not, the caller need not
+    prepare one for it."""
+    return state.worker is not None and state.worker.idle
+
+
+def start(state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool, key: bytes | None,
+          answer: Callable[[Result | None, BaseException | None], None], loop: asyncio.AbstractEventLoop) -> bool:
+    """``execute`` without a coroutine, where nothing must wait: ``op`` handed to the device worker now
+    (``DeviceWorker.submit_now``: the worker idle, small inputs copied here) and ``answer(result, None)``
+    called from ``loop`` with its Result, or ``answer(None, exc)`` with what ``execute`` would have
+    raised (Timeout after the request timeout, the worker's errors); False, and nothing done, where the
+    job cannot go at once: the caller awaits ``execute``. The client's departure is not watched, as
+    ``watched`` does not watch a job that goes straight to an idle device; Busy (no slot) propagates."""
+    job = state.worker.submit_now(op, buffers, in_place, key)  # type: ignore[union-attr]
+    if job is None:
+        return False
+    worker, deadlines, future = state.worker, state.deadlines, job.future
+    deadline = deadlines.add(future.cancel, loop)  # cancelled: the worker frees the slot when it is done with it
+
+    def done(_: asyncio.Future) -> None:
+        deadlines.done(deadline)
+        if future.cancelled():
+            answer(None, _timeout(state))
+        elif (exc := future.exception()) is not None:
+            answer(None, exc)
+        else:
+            answer(worker.result(job, *future.result()), None)  # type: ignore[union-attr]
+
+    future.add_done_callback(done)
+    return True
+
+
+def _timeout(state: Runtime) -> Timeout:
+    return Timeout(f"no answer from the device within {state.deadlines.seconds} s")
 
 
 def record_success(state: Runtime, op: OperatorDesc, started: float, result: Result, bytes_in: int, bytes_out: int) -> None:
