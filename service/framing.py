@@ -1,5 +1,5 @@
-"""The messages between the HTTP process and its device worker, over the socket pair that
-``multiprocessing.Pipe`` makes: each a 4-byte length and a payload.
+"""The messages between the HTTP process and its device worker, over two pipes (jobs one way, replies
+the other: service.worker.DeviceWorker.start says why): each a 4-byte length and a payload.
 
 Most payloads are pickled tuples. Those of repeated requests, the bulk of the traffic, have fixed
 layouts instead (a tag byte and structs): "go" (job id, template id) and "ok" (job id, kernel
@@ -27,6 +27,8 @@ _LENGTH = struct.Struct("<I")
 _READ = 1 << 16
 _COMPACT = {"go": (b"G", struct.Struct("<QI")), "ok": (b"K", struct.Struct("<Qd"))}  # job ids count up for the life of the server
 _BY_TAG = {tag[0]: (kind, layout) for kind, (tag, layout) in _COMPACT.items()}
+# each compact message whole, its length and tag included: one pack a message
+_FRAMES = {kind: (struct.Struct("<Ic" + layout.format.lstrip("<")), 1 + layout.size, tag) for kind, (tag, layout) in _COMPACT.items()}
 _BATCH, _BATCH_JOB = b"B", struct.Struct("<QI")       # then (job id, template id) per job
 _OKS, _OKS_HEAD, _OKS_JOB = b"D", struct.Struct("<d"), struct.Struct("<Q")  # kernel seconds, then each job id
 
@@ -39,8 +41,8 @@ def encode(*msg: Any) -> bytes:
 
 def encode_compact(kind: str, *values: int | float) -> bytes:
     """A "go" or "ok" message (see the module's description)."""
-    tag, layout = _COMPACT[kind]
-    return _LENGTH.pack(1 + layout.size) + tag + layout.pack(*values)
+    frame, size, tag = _FRAMES[kind]
+    return frame.pack(size, tag, *values)
 
 
 def encode_batch(jobs: list[tuple[int, int]]) -> bytes:
@@ -58,9 +60,11 @@ def encode_oks(seconds: float, jobs: list[int]) -> bytes:
 def write(fd: int, data: bytes) -> None:
     """Write ``data`` (one or more encoded messages) whole; the descriptor is blocking, so this
     returns once it is written."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    written = os.write(fd, data)  # the whole of a small message (a pipe takes up to PIPE_BUF at once)
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def send(fd: int, *msg: Any) -> None:
@@ -69,9 +73,9 @@ def send(fd: int, *msg: Any) -> None:
 
 class Writer:
     """Messages to the other end from an event loop, never blocking it: the descriptor is made
-    non-blocking, what the socket takes at once is written, and the rest (a message larger than the
-    socket's buffer while the worker is busy: a graph plan is 100 KiB at 64 nodes, the buffer ~200 KiB)
-    waits here and is written as the socket drains. A message written while others wait goes after them,
+    non-blocking, what the pipe takes at once is written, and the rest (a message larger than the
+    pipe's buffer while the worker is busy: a graph plan is 100 KiB at 64 nodes, the buffer 64 KiB)
+    waits here and is written as the pipe drains. A message written while others wait goes after them,
     so the messages keep their order. Only this end's descriptor changes: the other end stays blocking."""
 
     def __init__(self, fd: int, loop: asyncio.AbstractEventLoop) -> None:
@@ -81,12 +85,12 @@ class Writer:
 
     @property
     def pending(self) -> int:
-        """Bytes waiting for room in the socket."""
+        """Bytes waiting for room in the pipe."""
         return len(self._pending)
 
     def write(self, data: bytes) -> None:
         """Write ``data`` (one or more encoded messages) now, or after the bytes already waiting.
-        OSError (other than a full socket) when the other end is gone."""
+        OSError (other than a full pipe) when the other end is gone."""
         if self._pending:
             self._pending += data
             return

@@ -206,7 +206,8 @@ class DeviceWorker:
         self._templates = _TemplateIds()
         self._facts: dict[bytes, _Facts] = {}       # by canonical key, OPS_CACHED at most
         self._proc: mp.process.BaseProcess | None = None
-        self._conn: Connection | None = None
+        self._jobs: Connection | None = None         # this side's ends of the two pipes (see start)
+        self._replies: Connection | None = None
         self._reader: framing.Reader | None = None
         self._writer: framing.Writer | None = None    # every message to the worker, in order, never blocking
         self._ready = asyncio.Event()
@@ -243,18 +244,25 @@ class DeviceWorker:
 
     def start(self) -> None:
         ctx = mp.get_context("spawn")  # never fork a process that may hold Vulkan state or threads
-        parent, child = ctx.Pipe()
-        self._conn = parent
-        self._reader = framing.Reader(parent.fileno())
+        # One pipe each way, not one socket pair both ways: on a socket pair, this side's read of a reply
+        # woke the worker's job thread, blocked reading the same socket, for nothing (the write-space wake
+        # of a unix stream socket); and a pipe's write and read cost less than a socket's (two processes
+        # on one CPU, a 21-byte job and its reply: 3.0 us a round trip against 4.6). bench/RESULTS.md
+        # ("The device hop after v1lat's profile") has what it changed in the service.
+        jobs_in, self._jobs = ctx.Pipe(duplex=False)
+        self._replies, replies_out = ctx.Pipe(duplex=False)
+        self._reader = framing.Reader(self._replies.fileno())
         self._templates = _TemplateIds()  # a new worker knows none
         cpu = choose_cpu(self.settings.pin_cpu, self.settings.workers)
-        self._proc = ctx.Process(target=worker_main, args=(child, self.settings.model_dump(), cpu, PROCESS_CPUS), name="vkact-device", daemon=True)
+        self._proc = ctx.Process(target=worker_main, args=(jobs_in, replies_out, self.settings.model_dump(), cpu, PROCESS_CPUS),
+                                 name="vkact-device", daemon=True)
         self._proc.start()
         self._started_at = time.monotonic()
-        child.close()
+        jobs_in.close()
+        replies_out.close()
         loop = self._loop = asyncio.get_running_loop()
-        self._writer = framing.Writer(parent.fileno(), loop)
-        loop.add_reader(parent.fileno(), self._on_message)
+        self._writer = framing.Writer(self._jobs.fileno(), loop)
+        loop.add_reader(self._replies.fileno(), self._on_message)
         loop.add_reader(self._proc.sentinel, self._on_exit)
         if self._watchdog is None:
             self._watchdog = loop.call_later(WATCH_INTERVAL_S, self._watch)
@@ -306,8 +314,8 @@ class DeviceWorker:
         loop = asyncio.get_running_loop()
         if self._proc is not None:
             loop.remove_reader(self._proc.sentinel)
-            if self._conn is not None and self._writer is not None:
-                loop.remove_reader(self._conn.fileno())
+            if self._replies is not None and self._writer is not None:
+                loop.remove_reader(self._replies.fileno())
                 try:
                     self._writer.send("stop")  # after whatever still waits to be written
                 except OSError:
@@ -509,11 +517,11 @@ class DeviceWorker:
 
     def _on_message(self) -> None:
         """The worker's messages that one read brings (the descriptor is readable: it does not block)."""
-        assert self._conn is not None and self._reader is not None
+        assert self._replies is not None and self._reader is not None
         try:
             messages = self._reader.ready()
         except (EOFError, OSError):
-            asyncio.get_running_loop().remove_reader(self._conn.fileno())
+            asyncio.get_running_loop().remove_reader(self._replies.fileno())
             return
         for msg in messages:
             self._handle(msg)
@@ -571,9 +579,9 @@ class DeviceWorker:
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self._proc is not None and self._conn is not None and self._writer is not None
+        assert self._proc is not None and self._replies is not None and self._writer is not None
         loop.remove_reader(self._proc.sentinel)
-        loop.remove_reader(self._conn.fileno())
+        loop.remove_reader(self._replies.fileno())
         self._writer.close()  # what waited for the dead worker is not for the next one
         code = self._proc.exitcode
         self._ready.clear()

@@ -1,8 +1,8 @@
 """The device worker process: it owns the Engine(s) and runs the jobs the HTTP side sends.
 
 Started by ``service.worker.DeviceWorker`` (spawned, never forked); it reads framed messages from its
-pipe (``service.framing``), runs each job on views of its shared-memory slot (``service.slots``) and
-answers. kp is imported here only, so the HTTP process never loads a Vulkan driver.
+job pipe (``service.framing``), runs each job on views of its shared-memory slot (``service.slots``)
+and answers on its reply pipe. kp is imported here only, so the HTTP process never loads a Vulkan driver.
 """
 from __future__ import annotations
 
@@ -270,9 +270,11 @@ def _next_message(reader: framing.Reader, poller: select.poll, placement: LoadPl
     return msg
 
 
-def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: frozenset[int] = frozenset()) -> None:
-    """The device worker: ``cpu`` is the HTTP side's choice for the small-request path (see
-    cpu_placement: taken on a CPU device under 'auto'), ``cpus`` all of the service's CPUs."""
+def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int | None = None,
+                cpus: frozenset[int] = frozenset()) -> None:
+    """The device worker: it reads ``jobs`` and answers on ``replies`` (one pipe each way); ``cpu`` is
+    the HTTP side's choice for the small-request path (see cpu_placement: taken on a CPU device under
+    'auto'), ``cpus`` all of the service's CPUs."""
     from .engine import Engine  # kp is imported here, in the worker process only
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -297,7 +299,7 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
                                   frozenset(small_threads), nice)
     engines = _Engines(engine, small)
     variants = engines.load_shaders()
-    fd = conn.fileno()
+    fd = replies.fileno()
     framing.send(fd, "ready", {
         "device": device.as_dict(),
         "memory": engine.memory,
@@ -314,9 +316,9 @@ def worker_main(conn: Connection, settings: dict, cpu: int | None = None, cpus: 
         "max_batch": config.max_batch or tuning.max_batch,
     })
     mappings: dict[str, Mapping] = {}
-    reader = framing.Reader(fd)
+    reader = framing.Reader(jobs.fileno())
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
+    poller.register(jobs.fileno(), select.POLLIN)
     while True:
         try:
             msg = _next_message(reader, poller, placement)

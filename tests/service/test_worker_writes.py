@@ -1,13 +1,13 @@
 """The HTTP process's writes to its device worker never block the event loop: a job message larger than
-what the worker's socket holds (graph plans are tens to hundreds of KiB, more with VKACT_MAX_GRAPH_NODES
+what the worker's job pipe holds (graph plans are tens to hundreds of KiB, more with VKACT_MAX_GRAPH_NODES
 raised) waits in order while the worker is busy, and the loop goes on serving meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import pickle
 import signal
-import socket
 import threading
 
 import numpy as np
@@ -18,33 +18,34 @@ from service.graph_compiler import GraphCompiler
 from service.worker import DeviceWorker
 from tests.graph_helpers import activation, chain, sample
 
-# Driver-independent (test-portability.sh leaves it to make test): the event loop and the worker's socket; the
+# Driver-independent (test-portability.sh leaves it to make test): the event loop and the worker's job pipe; the
 # answers are compared with the same worker's (SwiftShader took 41 s of its service run over the 64-node plan)
 pytestmark = pytest.mark.driver_independent
 
-SEND_BUFFER = 1 << 15  # the HTTP end's, set small: the test does not depend on the system's default
+PIPE_BYTES = 1 << 15  # the job pipe's capacity, set small: the test does not depend on the system's default
 
 
-def _small_send_buffer(fd: int) -> None:
-    with socket.socket(fileno=os.dup(fd)) as end:
-        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+def _small_pipe(fd: int) -> None:
+    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
-def _socket_capacity() -> int:
-    """Bytes such an end takes before a write would block (the most of writes of a few sizes, each
-    write's overhead counting against it)."""
+def _pipe_capacity() -> int:
+    """Bytes such a pipe takes before a write would block (the most of writes of a few sizes)."""
     most = 0
     for size in (1 << 12, 1 << 16, 1 << 20):
-        a, b = socket.socketpair()
-        with a, b:
-            _small_send_buffer(a.fileno())
-            a.setblocking(False)
+        r, w = os.pipe()
+        try:
+            _small_pipe(w)
+            os.set_blocking(w, False)
             taken = 0
             try:
                 while True:
-                    taken += a.send(bytes(size))
+                    taken += os.write(w, bytes(size))
             except BlockingIOError:
                 most = max(most, taken)
+        finally:
+            os.close(r)
+            os.close(w)
     return most
 
 
@@ -60,21 +61,21 @@ def _long_chain_plan():
 
 
 @pytest.mark.timeout(180)
-def test_job_messages_larger_than_the_socket_wait_without_blocking_the_loop():
+def test_job_messages_larger_than_the_pipe_wait_without_blocking_the_loop():
     """The worker is stopped (SIGSTOP: it reads nothing, as while it runs a long job), and two graph
-    jobs, each plan larger than what its socket takes, are handed to it. The event loop must go on running
+    jobs, each plan larger than what its pipe takes, are handed to it. The event loop must go on running
     (here: a callback of its own, which then lets the worker go on); both jobs, and a job sent after
     them, are answered correctly once it reads again, in the order they were sent."""
     graph, plan = _long_chain_plan()
     key = pickle.dumps(plan)
-    assert len(key) > _socket_capacity()  # else the scenario would not fill the socket
+    assert len(key) > _pipe_capacity()  # else the scenario would not fill the pipe
     x = sample(np.float32, sizes=(64,))
 
     async def scenario() -> None:
         worker = DeviceWorker(Settings(pin_cpu="off"))  # in-process: never pin the test runner's thread
         worker.start()
         await worker.wait_ready(60)
-        _small_send_buffer(worker._conn.fileno())
+        _small_pipe(worker._jobs.fileno())
         pid = worker.info["pid"]
         loop_ran = threading.Event()
         resumed_by_timer = threading.Event()
