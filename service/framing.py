@@ -125,7 +125,7 @@ class Writer:
 
 
 class Reader:
-    """Messages from one end of the pair, in order. ``ready()`` reads once (call it when the descriptor
+    """Messages from the read end of a pipe (or one end of a socket pair), in order. ``ready()`` reads once (call it when the descriptor
     is readable: it does not block then); ``next()`` blocks until a whole message is there."""
 
     def __init__(self, fd: int) -> None:
@@ -153,7 +153,7 @@ class Reader:
     def _fill(self) -> None:
         try:
             data = os.read(self.fd, _READ)
-        except BlockingIOError:  # a non-blocking end (see Writer) woken with nothing to read
+        except BlockingIOError:  # a non-blocking end (an event loop may make it so) woken with nothing to read
             return
         if not data:
             raise EOFError("the other end of the pipe is closed")
