@@ -369,7 +369,8 @@ class DeviceWorker:
         copies them). Its future gets what ``run`` awaits, (kernel seconds, batch size): pass them to
         ``result``; cancelling the future drops the answer (the slot is freed when the worker is done
         with it, as for a cancelled ``run``). None, and nothing done, where ``run`` must decide; Busy
-        when no slot is left."""
+        when no slot is left. It raises only before the job is sent (its callers take an exception for
+        "nothing sent" and run the request again on ``run``): ``_send`` answers its own failures."""
         if not self.idle or not all(isinstance(a, np.ndarray) and a.nbytes <= LARGE for a in inputs):
             return None
         job = self._new_job(op, inputs, in_place, key)
@@ -583,6 +584,8 @@ class DeviceWorker:
         loop.remove_reader(self._proc.sentinel)
         loop.remove_reader(self._replies.fileno())
         self._writer.close()  # what waited for the dead worker is not for the next one
+        # its sentinel is readable once it has exited, but exitcode stays None until it is reaped
+        self._proc.join(0.1)
         code = self._proc.exitcode
         self._ready.clear()
         for job in self._inflight.values():

@@ -98,7 +98,8 @@ def start(state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray], in_pl
     called from ``loop`` with its Result, or ``answer(None, exc)`` with what ``execute`` would have
     raised (Timeout after the request timeout, the worker's errors); False, and nothing done, where the
     job cannot go at once: the caller awaits ``execute``. The client's departure is not watched, as
-    ``watched`` does not watch a job that goes straight to an idle device; Busy (no slot) propagates."""
+    ``watched`` does not watch a job that goes straight to an idle device; Busy (no slot) propagates.
+    Like ``submit_now`` it raises only before the job is sent: what follows the send cannot fail."""
     job = state.worker.submit_now(op, buffers, in_place, key)  # type: ignore[union-attr]
     if job is None:
         return False

@@ -16,6 +16,7 @@ import pytest
 from client.codec import HEADER_LENGTH
 from service.config import Settings
 from service.dataplane.deadlines import Deadlines
+from service.errors import Busy as BusyError
 from service.errors import WorkerLost
 from service.http_direct import DirectCycle
 from service.operators import parse_operator
@@ -183,6 +184,41 @@ def test_a_busy_worker_leaves_the_request_to_its_task():
     assert tasks == 1 and [status for status, _, _ in got] == [200, 200]
 
 
+@pytest.mark.parametrize("slot_freed", [False, True], ids=["still-full", "freed"])
+def test_no_slot_for_a_job_sent_at_once_is_left_to_the_task_and_counted_once(slot_freed):
+    """submit_now's Busy (no slot) comes before anything is sent: the request runs on its task, which
+    meets the queue as it is then: one 503 with its body, or the answer, each counted once."""
+    class NoSlot(FastEcho):
+        def submit_now(self, op, buffers, in_place, key=None):
+            raise BusyError("the device queue is full")
+
+        async def run(self, op, buffers, in_place, key=None, waiting=None):
+            if self.runs and not slot_freed:
+                self.runs += 1
+                raise BusyError("the device queue is full")
+            return await super().run(op, buffers, in_place, key, waiting)
+
+    async def run():
+        worker = NoSlot()
+        harness = Harness(worker)
+        proto, transport = await second_request(harness, V2)
+        await settle(proto)
+        worker.reply()
+        await until(lambda: len(answers(transport.written)) == 2)
+        return harness, worker, answers(transport.written)
+
+    harness, worker, got = asyncio.run(run())
+    assert worker.runs == 2 and not worker.jobs  # the repeat ran once more, on its task; nothing went at once
+    stats = harness.stats()
+    status, headers, body = got[1]
+    if slot_freed:
+        assert status == 200 and comparable(got[1]) == comparable(got[0])
+        assert (stats.nv_inference_request_success, stats.nv_inference_request_failure) == (2, 0)
+    else:
+        assert status == 503 and headers["retry-after"] == "1" and "queue is full" in json.loads(body)["error"]
+        assert (stats.nv_inference_request_success, stats.nv_inference_request_failure) == (1, 1)
+
+
 @pytest.mark.timeout(180)
 def test_over_a_real_worker_the_answers_are_the_task_paths_and_a_killed_worker_is_503():
     """The bytes of the direct path without a task, with it (the worker kept busy) and of the route,
@@ -239,7 +275,8 @@ def test_over_a_real_worker_the_answers_are_the_task_paths_and_a_killed_worker_i
         assert_matches(np.frombuffer(frame[n:], np.float32), parse_operator(request_body("SOFTSIGN", t)).reference(t), 2)
     assert counted == 9  # each answer once
     status, headers, body = lost
-    assert sent_at_once and status == 503 and headers["retry-after"] == "1" and json.loads(body)["error"]
+    assert sent_at_once and status == 503 and headers["retry-after"] == "1"
+    assert "(code -9)" in json.loads(body)["error"]  # the signal that ended it: the worker is reaped before it is named
 
 
 def test_connection_close_and_a_shutdown_under_a_job_sent_at_once_close_after_the_answer():

@@ -49,7 +49,7 @@ def test_in_flight_requests_of_a_dying_worker_get_503_with_retry_after():
             for response in responses:
                 assert response.status_code == 503, response.text
                 assert response.headers["retry-after"] == "1"
-                assert "device worker exited" in response.json()["error"]
+                assert "device worker exited (code -9)" in response.json()["error"]
             await_restarted_worker(client, 120)
             for i in range(3):
                 one_request(client, i)
