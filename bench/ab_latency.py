@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,15 +25,9 @@ from . import service as svc
 
 
 def launch(name: str, checkout: Path) -> svc.Server:
+    """vkact from ``checkout``, under its own venv's Python where it has one (its kp and native modules)."""
     python = checkout / ".venv/bin/python"
-    if not python.exists():
-        python = Path(sys.executable)
-    port, grpc_port = svc.free_port(), svc.free_port()
-    log = Path(tempfile.gettempdir()) / f"vkact-ab-{name}-{os.getpid()}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(python), "-m", "service", "--no-supervise", "--port", str(port), "--log-level", "warning"],
-                                cwd=checkout, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "VKACT_GRPC_PORT": str(grpc_port)})
-    return svc.Server(name, f"http://127.0.0.1:{port}", proc, log, f"127.0.0.1:{grpc_port}")
+    return svc._launch(name, "service", root=checkout, python=str(python) if python.exists() else sys.executable)
 
 
 def main() -> None:
