@@ -61,10 +61,8 @@ def write(fd: int, data: bytes) -> None:
     """Write ``data`` (one or more encoded messages) whole; the descriptor is blocking, so this
     returns once it is written."""
     written = os.write(fd, data)  # the whole of a small message (a pipe takes up to PIPE_BUF at once)
-    if written < len(data):
-        view = memoryview(data)[written:]
-        while view:
-            view = view[os.write(fd, view):]
+    while written < len(data):
+        written += os.write(fd, memoryview(data)[written:])
 
 
 def send(fd: int, *msg: Any) -> None:
