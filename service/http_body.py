@@ -17,10 +17,11 @@ asyncio.BufferedProtocol whose buffers are the body's destinations, and back onc
 
 Either way the body is charged to the budget of bytes in flight before it is read (413 when it never
 fits, 503 while others hold it), the body idle timeout holds (http_guard: each read restarts it, a read
-nobody asked for yet is not timed), and the connection stays on h1http for the requests after it. A
-body not read to its end (the client left, an error answered before it) ends the connection: its
-bytes are never taken for the next request's, and a destination is never written after its read ends
-(a slot given back is another request's).
+nobody asked for yet is not timed), and the connection stays on h1http for the requests after it. An
+error answered before the body was read (no slot free, the budget, a timeout) is followed by the rest
+of the body read and dropped, as httptools drops it; a body not read to its end otherwise (the client
+left, an exception) ends the connection. A destination is never written after its read ends (a slot
+given back is another request's).
 """
 from __future__ import annotations
 
@@ -88,6 +89,12 @@ class BodyReader(asyncio.BufferedProtocol):
         finally:
             self.target = self.waiter = None  # not filled (cancelled, lost): no more bytes go there
 
+    async def discard(self) -> None:
+        """Read the rest of the body and drop it (the connection's next request follows it)."""
+        scratch = memoryview(bytearray(min(len(self.pending) + self.left, 1 << 20)))
+        while rest := len(self.pending) + self.left:
+            await self.read_into(scratch[: min(rest, len(scratch))])
+
     # -- asyncio.BufferedProtocol ---------------------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview | bytearray:
@@ -99,6 +106,7 @@ class BodyReader(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         proto = self.proto
         proto._since = proto.loop.time()  # a body's bytes came: its idle time starts again (http_guard)
+        proto._idle_since = None  # not idle: the keep-alive timer leaves the connection open (an answer may be out)
         self.left -= nbytes
         if self.target is None:
             self.pending += memoryview(self.spill)[:nbytes]
@@ -163,6 +171,8 @@ class LargeRequest:
                 await _busy(scope, receive, send)
             elif not await self._repeated(cycle, scope, receive, send):
                 await self._whole(cycle, scope, receive, send)
+            if not self.reader.done and cycle.response_complete and not cycle.transport.is_closing():
+                await self.reader.discard()  # answered (an error) before the body was read: read and dropped, as httptools does
         except ClientDisconnect:  # gone mid-body: nobody to answer
             pass
         finally:
@@ -236,9 +246,7 @@ class LargeRequest:
             claim.release()  # nothing, where the route took it over
 
     async def _fail(self, cycle: Any, exc: Exception, operator: str, scope: Any, receive: Any, send: Any) -> None:
-        """Answer ``exc`` as the route would; the connection closes after it where the body was not all read."""
-        if not self.reader.done:
-            cycle.keep_alive = False
+        """Answer ``exc`` as the route would (the rest of the body is dropped after it: __call__)."""
         request_id = v2.fresh_request_id() if self.route is not None and self.route[0] is not None else None
         await _Failed(self.runtime_app, exc, operator, request_id)(scope, receive, send)
 
