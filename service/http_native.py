@@ -8,9 +8,11 @@ Content-Length of at most ``NATIVE_HTTP_BODY`` bytes, plain headers; see h1http.
 each one as uvicorn would have, on uvicorn's own request cycle: the same ASGI app (VkactApp's hot
 routes, FastAPI behind them), the same answer written whole (api.execution.send_whole), the same
 keep-alive, Connection: close, pipelining and write flow control, the same guards (http_guard: header
-deadline, body idle limit, connection bound). At the first request it does not take (another route,
-a chunked or larger body, Expect, an upgrade, HTTP/1.0, anything odd) the connection's bytes from that
-request on go to the httptools parser, which has the connection from then on.
+deadline, body idle limit, connection bound). A larger body, up to the server's body limit, is handed
+over at the request's head and read by service/http_body.py (straight into the job's slot where the
+request is a repeated /v2 binary one), on uvicorn's cycle too. At the first request it does not take
+(another route, a chunked body or one over the limit, Expect, an upgrade, HTTP/1.0, anything odd) the
+connection's bytes from that request on go to the httptools parser, which has the connection from then on.
 
 A repeated binary inference (its JSON header parsed before) skips the ASGI machinery altogether: it is
 answered on the direct path (service/http_direct.py), whose DirectCycle stands in this protocol where
