@@ -5,7 +5,7 @@ drift on a shared machine lands on every target alike:
     .venv/bin/python -m bench.ab_large [--rounds 8] [--block 4] main=../main mine=.
 
 Each checkout's server as bench.ab_latency launches it. Prints per target the MB/s each way (tensor bytes over
-the median seconds per request), the HTTP process's CPU per request (/proc), the ratios of the other
+the median seconds per request), the HTTP process's CPU per request (/proc, all rounds: 10 ms ticks), the ratios of the other
 targets over the first one per round (median and spread) and the load average. Not part of ``python -m bench``."""
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def main() -> None:
         name, kind = k.split()
         base = f"{first} {kind}"
         ratios = [b / a for a, b in zip(per_round[k], per_round[base])]  # MB/s over the first target's
-        print(f"{k:24s} {mb / statistics.median(seconds[k]):7.0f} MB/s each way  HTTP process {1e3 * statistics.median(cpu[k]):6.1f} ms CPU/request"
+        print(f"{k:24s} {mb / statistics.median(seconds[k]):7.0f} MB/s each way  HTTP process {1e3 * statistics.fmean(cpu[k]):6.1f} ms CPU/request"
               f"  /{first}: {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
     print(f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end; {args.rounds} rounds of {args.block}")
 
