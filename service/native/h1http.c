@@ -17,11 +17,12 @@
  *                      itself (service/http_body.py) before it feeds this session the bytes after them.
  * A request it takes: "POST <path> HTTP/1.1", the path /v1/execute or /v2/models/.../infer in plain
  * characters (no query, no percent-escapes), header lines of token names and printable values, exactly
- * one Content-Length of at most max_body bytes (max_large: see body_left), no Transfer-Encoding, Expect or Upgrade, Connection
- * absent or keep-alive or close, at most MAX_HEADERS headers in at most max_head bytes. Anything else, a
- * valid request or not, is the fallback's, so its answer (400, 413, 100-continue, chunked...) stays as
- * it was. After a request with Connection: close nothing more is read (the connection closes after its
- * answer). The buffer holds at most max_head + max_body bytes of a partial request. */
+ * one Content-Length of at most max_body bytes (max_large: see body_left), no Transfer-Encoding, Expect
+ * or Upgrade, Connection absent or keep-alive or close, at most MAX_HEADERS headers in at most max_head
+ * bytes. Anything else, a valid request or not, is the fallback's, so its answer (400, 413,
+ * 100-continue, chunked...) stays as it was. After a request with Connection: close nothing more is read
+ * (the connection closes after its answer). The buffer holds at most max_head + max_body bytes of a
+ * partial request. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
