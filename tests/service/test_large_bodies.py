@@ -21,6 +21,22 @@ from tests.service.test_memory_bounds import until
 from tests.service.test_process_faults import gauge
 
 
+def response(s: socket.socket) -> tuple[bytes, bytes]:
+    """One whole response (any status, any size): its head and body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, data[:200]
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")))
+    while len(body) < length:
+        chunk = s.recv(1 << 20)
+        assert chunk, head
+        body += chunk
+    return head, body
+
+
 @pytest.fixture(scope="module")
 def small_queue() -> Server:  # three slots (queue_size 1), a short body timeout
     server = start_server(queue_size=1, body_timeout_s=3)
@@ -42,8 +58,8 @@ def test_repeated_and_pipelined_large_requests_and_the_requests_after_them_are_a
             assert status == 200
             np.testing.assert_array_equal(out, np.maximum(x, 0))
         sender.join()
-        head = s.recv(65536)
-        assert head.startswith(b"HTTP/1.1 400 ") and b'"field":"Inference-Header-Content-Length"' in head
+        head, body = response(s)
+        assert head.startswith(b"HTTP/1.1 400 ") and json.loads(body)["field"] == "Inference-Header-Content-Length"
 
 
 def test_v1_and_json_bodies_over_64_kib_are_read_whole_for_the_route(small_queue):
@@ -88,7 +104,7 @@ def test_clients_that_stall_or_leave_mid_body_give_back_their_slots(small_queue)
                 status, body = read_answer(fourth)
                 assert status == 503 and "error" in json.loads(body)  # its body read and dropped: the connection carries on
                 fourth.sendall(b"POST /v1/execute HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
-                assert fourth.recv(65536).startswith(b"HTTP/1.1 400 ")
+                assert response(fourth)[0].startswith(b"HTTP/1.1 400 ")
             stalled[0].close()  # leaves; the others are cut off after 3 s without a byte
             closed = read_until_closed(stalled[1:], WAIT_S)
             assert all(not data for data in closed.values())  # no answer: the connections were closed
@@ -110,24 +126,19 @@ def test_a_large_body_is_charged_before_it_is_read():
         x = np.random.default_rng(7).standard_normal(1 << 20).astype(np.float32)  # 4 MiB: never fits
         with connect(server) as s:
             s.sendall(frame(x)[:200_000])
-            data = s.recv(65536)  # answered before the body is in
-            assert data.startswith(b"HTTP/1.1 413 ") and b"VKACT_INFLIGHT_BYTES" in data
+            head, body = response(s)  # answered before the body is in
+            assert head.startswith(b"HTTP/1.1 413 ") and b"VKACT_INFLIGHT_BYTES" in body
         y = np.random.default_rng(8).standard_normal(1 << 19).astype(np.float32)  # 2 MiB: fits alone
         with connect(server) as holder, connect(server) as other:
             holder.sendall(frame(y)[:100_000])  # charged, stalled mid-body
             with httpx.Client(base_url=server.url, timeout=10) as http:
                 assert until(lambda: gauge(http, "vkact_inflight_bytes") > 2 << 20)
             other.sendall(frame(y))
-            data = other.recv(65536)
-            assert data.startswith(b"HTTP/1.1 503 ") and b"retry-after" in data.lower()
+            head, body = response(other)
+            assert head.startswith(b"HTTP/1.1 503 ") and b"retry-after" in head.lower() and json.loads(body)["error"]
             holder.sendall(frame(y)[100_000:])
-            data = b""
-            while not (b"\r\n\r\n" in data and data.endswith(np.maximum(y, 0).tobytes()[-64:])):
-                chunk = holder.recv(1 << 20)
-                assert chunk, data[:200]
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            assert head.startswith(b"HTTP/1.1 200 ") and b"content-length: %d" % len(body) in head
+            head, body = response(holder)
+            assert head.startswith(b"HTTP/1.1 200 ")
             np.testing.assert_array_equal(np.frombuffer(body[-y.nbytes :], np.float32), np.maximum(y, 0))
     finally:
         stop_server(server)
