@@ -104,7 +104,7 @@ class Repeat:
     def route(self, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str] | None:
         """``direct_route(path, headers)``, which depends on nothing else."""
         if path != self.path or headers != self.headers:
-            self.path, self.headers, self.direct = path, headers, direct_route(path, headers)
+            self.path, self.headers, self.direct = path, list(headers), direct_route(path, headers)  # a copy: the cycle's may change
         return self.direct
 
     def v1_look_up(self, state: Runtime, header_length: str, body: memoryview) -> tuple[v1.Parsed, memoryview] | None:

@@ -579,7 +579,7 @@ class DeviceWorker:
             job.release()
         else:
             job.future.set_result((kernel_seconds, 1))
-        if job.op is not None and self.on_execution is not None:  # a graph's execution: its data plane counts it
+        if job.op is not None and self.on_execution is not None:  # not a graph's job: its data plane counts those
             loop = self._loop
             assert loop is not None
             loop.call_soon(self.on_execution, type(job.op), 1, kernel_seconds)
