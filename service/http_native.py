@@ -26,7 +26,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from .api.hot_routes import VkactApp
-from .http_direct import DirectCycle, direct_route
+from .http_direct import DirectCycle, Repeat
 from .http_guard import GuardedHttpToolsProtocol, _busy
 from .limits import NATIVE_HTTP_BODY, NATIVE_HTTP_HEAD
 from .native import h1http
@@ -45,6 +45,8 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         self.inner = self.app.app if isinstance(self.app, ProxyHeadersMiddleware) else self.app
         # the direct path answers for vkact's app only, and only without an access log (uvicorn's cycle writes it)
         self.direct_app = self.inner if isinstance(self.inner, VkactApp) and not self.access_log else None
+        # a client repeats one request: its previous request's route and /v1 look-up, kept (http_direct.Repeat)
+        self.repeat = Repeat()
 
     def data_received(self, data: bytes) -> None:
         session = self.native
@@ -79,7 +81,7 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         or on the direct path (service/http_direct.py)."""
         cycle: RequestResponseCycle | DirectCycle
         if len(self.connections) <= self.max_connections:
-            direct = direct_route(path, headers) if self.direct_app is not None else None  # None with X-Forwarded-*
+            direct = self.repeat.route(path, headers) if self.direct_app is not None else None  # None with X-Forwarded-*
             if direct is not None:
                 app = self.direct_app
             else:
