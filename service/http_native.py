@@ -29,7 +29,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from .api.hot_routes import VkactApp
 from .http_body import BodyReader, LargeRequest
-from .http_direct import DirectCycle, direct_route
+from .http_direct import DirectCycle, Repeat
 from .http_guard import GuardedHttpToolsProtocol, _busy, _settings
 from .limits import NATIVE_HTTP_BODY, NATIVE_HTTP_HEAD
 from .native import h1http
@@ -50,6 +50,8 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         # a larger body, up to the server's limit, is read by http_body.py (vkact's app only, as the direct path)
         large = _settings().max_body_bytes if self.direct_app is not None else 0
         self.native: h1http.Session | None = h1http.Session(NATIVE_HTTP_HEAD, NATIVE_HTTP_BODY, large) if plain else None
+        # a client repeats one request: its previous request's route and /v1 look-up, kept (http_direct.Repeat)
+        self.repeat = Repeat()
 
     def data_received(self, data: bytes) -> None:
         session = self.native
@@ -89,7 +91,7 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         or on the direct path (service/http_direct.py)."""
         cycle: RequestResponseCycle | DirectCycle
         if len(self.connections) <= self.max_connections:
-            direct = direct_route(path, headers) if self.direct_app is not None else None  # None with X-Forwarded-*
+            direct = self.repeat.route(path, headers) if self.direct_app is not None else None  # None with X-Forwarded-*
             if direct is not None:
                 app = self.direct_app
             else:
@@ -118,7 +120,7 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         self._expect("body", self.body_timeout)
         route = None
         if len(self.connections) <= self.max_connections:
-            route = direct_route(path, headers)  # None with X-Forwarded-*: the proxy middleware's app then
+            route = self.repeat.route(path, headers)  # None with X-Forwarded-*: the proxy middleware's app then
             app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
         else:
             app = _busy

@@ -538,11 +538,12 @@ class DeviceWorker:
             return
         self._inflight_batches -= 1
         self._window.release()
-        # "ok": a replayed job's (id, kernel seconds); "oks": (kernel seconds, ids) of the jobs of one
-        # dispatch; "done": a reply per job, each (id, "done", kernel seconds, batch size) or (id, "error", ...)
-        if kind == "ok":
-            replies = [(msg[1], "done", msg[2], 1)]
-        elif kind == "oks":
+        if kind == "ok":  # a replayed job alone (id, kernel seconds): the bulk of the replies
+            self._done(msg[1], msg[2])
+            return
+        # "oks": (kernel seconds, ids) of the jobs of one dispatch; "done": a reply per job, each
+        # (id, "done", kernel seconds, batch size) or (id, "error", ...)
+        if kind == "oks":
             replies = [(job_id, "done", msg[1], len(msg[2])) for job_id in msg[2]]
         else:
             replies = msg[1]
@@ -566,6 +567,22 @@ class DeviceWorker:
             # that failed is retried one by one) report 1 each
             for op, size, seconds in executions[:1] if executions[0][1] > 1 else executions:
                 self.on_execution(op, size, seconds)
+
+    def _done(self, job_id: int, kernel_seconds: float) -> None:
+        """``_handle``'s "ok": one job done in a dispatch of its own. Its future is set first; the
+        execution is counted after the callbacks that the future has scheduled (the direct HTTP path
+        writes its answer from one), so that the count is not on the answer's path."""
+        job = self._inflight.pop(job_id, None)
+        if job is None:
+            return
+        if job.future.done():  # the client left while the device worked
+            job.release()
+        else:
+            job.future.set_result((kernel_seconds, 1))
+        if job.op is not None and self.on_execution is not None:  # not a graph's job: its data plane counts those
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self.on_execution, type(job.op), 1, kernel_seconds)
 
     def _pin_loop(self, cpu: int | None) -> None:
         """Put the event loop on the CPU of the worker's job thread (see cpu_placement), once."""

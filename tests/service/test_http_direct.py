@@ -21,6 +21,7 @@ from service.dataplane.deadlines import Deadlines
 from service.errors import Busy
 from service.http_direct import DirectCycle
 from service.http_native import NativeHttpProtocol
+from service.operators import parse_operator
 from tests.service.helpers import binary_request, request_body
 from tests.service.test_hot_routes import EchoWorker
 
@@ -367,3 +368,38 @@ def test_a_repeated_header_length_is_read_as_the_route_reads_it():
 
     got = asyncio.run(run())
     assert got[True] == got[False] and got[True][0] == 400 and json.loads(got[True][2])["error"]
+
+
+def test_a_connection_whose_requests_change_is_answered_for_each_as_it_is():
+    """The direct path keeps a connection's previous route and /v1 look-up (http_direct.Repeat): a request
+    that differs from the previous one only in its JSON header (of the same length: another operator) or
+    its tensor, or that adds a header the route must see, is answered for what it is."""
+    def v1(kind: str, data: np.ndarray, **extra) -> bytes:
+        body, headers = binary_request(request_body(kind, data), data.view(np.uint8))
+        return http("/v1/execute", body, {**headers, **extra})
+
+    relu, gelu = v1("RELU", x), v1("GELU", x)
+    assert len(relu) == len(gelu) and relu != gelu
+    y = (x * 3).astype(np.float32)
+    sequence = [relu, relu, gelu, gelu, relu, v1("RELU", y), v1("RELU", y, **{"X-Request-ID": "caller-7"}), relu, V2, V2, relu]
+
+    async def run():
+        harness = Harness()
+        proto, transport = harness.connect()
+        kinds = []
+        for request in sequence:
+            proto.data_received(request)
+            await settle(proto)
+            kinds.append(type(proto.cycle) is DirectCycle)
+        return harness, kinds, answers(transport.written)
+
+    harness, kinds, got = asyncio.run(run())
+    # first sight of each header: the route; the request with X-Request-ID: the route (direct_route leaves it there)
+    assert kinds == [False, True, False, True, True, True, False, True, False, True, True]
+    assert [status for status, _, _ in got] == [200] * len(sequence)
+    tails = [x, x, x, x, x, y, y, x, x, x, x]
+    for (_, headers, body), tail in zip(got, tails):
+        assert body.endswith(tail.tobytes())  # the echo worker answers the input: this request's, not the previous one's
+    metrics = harness.app.runtime.metrics
+    relu_name, gelu_name = (parse_operator(request_body(k, x)).type_name() for k in ("RELU", "GELU"))
+    assert metrics.operator(relu_name).ok == 7 and metrics.operator(gelu_name).ok == 2
