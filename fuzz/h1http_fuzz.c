@@ -2,8 +2,9 @@
  * one in a single receive() and one in chunks whose size the input's last byte sets (so heads, bodies and
  * the blank line split at many places). Both must agree: the same events, the same fallback, the same
  * rest() (which is then a suffix of the input, the bytes from the first request not taken on); each
- * event's body is as long as its Content-Length says, its names lower-case. Small bounds (a 512-byte head,
- * a 2 KiB body) put both limits in reach. CPython is embedded and the extension compiled in, as for
+ * event's body is as long as its Content-Length says (a large one's, over 2 KiB up to 4 KiB, with body_left:
+ * its body's bytes the session hands over at its head, the rest skipped as http_body.py reads it), its names
+ * lower-case. Small bounds (a 512-byte head, a 2 KiB body, 4 KiB large) put every limit in reach. CPython is embedded and the extension compiled in, as for
  * h2grpc_fuzz.c. A finding: a sanitizer report, a leak (per input), an exception other than MemoryError,
  * or a broken invariant -> abort(). */
 #define PY_SSIZE_T_CLEAN
@@ -33,9 +34,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-/* Every event of `events` appended to `all`, each checked. */
-static void take(PyObject *all, PyObject *events) {
+#define MAX_BODY 2048
+#define MAX_LARGE 4096
+
+/* Every event of `events` appended to `all`, each checked; `left`: the session's body_left after them.
+ * A large event is appended without its body, which depends on how the bytes were split. */
+static void take(PyObject *all, PyObject *events, Py_ssize_t left) {
     if (events == NULL) fail("receive raised");
+    if (left < 0 || (left && PyList_GET_SIZE(events) == 0)) fail("body_left without an event");
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *e = PyList_GET_ITEM(events, i);
         PyObject *headers = PyTuple_GET_ITEM(e, 2), *body = PyTuple_GET_ITEM(e, 3);
@@ -50,7 +56,15 @@ static void take(PyObject *all, PyObject *events) {
                 length = (Py_ssize_t)strtoll(PyBytes_AS_STRING(value), NULL, 10);
             }
         }
-        if (length != PyBytes_GET_SIZE(body)) fail("a body not as long as its Content-Length");
+        int last = i == PyList_GET_SIZE(events) - 1;
+        if (length != PyBytes_GET_SIZE(body) + (last ? left : 0)) fail("a body not as long as its Content-Length");
+        if (length > MAX_LARGE || (left && last && length <= MAX_BODY)) fail("a body over its bound");
+        if (length > MAX_BODY) {
+            e = Py_BuildValue("(OOOOO)", PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1), headers, Py_None, PyTuple_GET_ITEM(e, 4));
+            if (e == NULL || PyList_Append(all, e) < 0) fail("append");
+            Py_DECREF(e);
+            continue;
+        }
         if (PyList_Append(all, e) < 0) fail("append");
     }
     Py_DECREF(events);
@@ -62,19 +76,32 @@ static PyObject *attribute(PyObject *session, const char *name) {
     return value;
 }
 
+static Py_ssize_t body_left(PyObject *session) {
+    PyObject *value = attribute(session, "body_left");
+    Py_ssize_t left = PyLong_AsSsize_t(value);
+    Py_DECREF(value);
+    return left;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    PyObject *whole = PyObject_CallFunction(session_type, "nn", (Py_ssize_t)512, (Py_ssize_t)2048);
-    PyObject *split = PyObject_CallFunction(session_type, "nn", (Py_ssize_t)512, (Py_ssize_t)2048);
+    PyObject *whole = PyObject_CallFunction(session_type, "nnn", (Py_ssize_t)512, (Py_ssize_t)MAX_BODY, (Py_ssize_t)MAX_LARGE);
+    PyObject *split = PyObject_CallFunction(session_type, "nnn", (Py_ssize_t)512, (Py_ssize_t)MAX_BODY, (Py_ssize_t)MAX_LARGE);
     PyObject *input = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)size);
     PyObject *a = PyList_New(0), *b = PyList_New(0);
     if (!whole || !split || !input || !a || !b) fail("setup");
-    take(a, PyObject_CallMethod(whole, "receive", "O", input));
+    PyObject *events = PyObject_CallMethod(whole, "receive", "O", input);
+    Py_ssize_t left = body_left(whole);
+    take(a, events, left);
     size_t chunk = size ? 1 + (size_t)data[size - 1] % 64 : 1;
-    for (size_t at = 0; at < size; at += chunk) {
-        PyObject *bytes = PyBytes_FromStringAndSize((const char *)data + at, (Py_ssize_t)(size - at < chunk ? size - at : chunk));
+    for (size_t at = 0; at < size;) {
+        size_t n = size - at < chunk ? size - at : chunk;
+        PyObject *bytes = PyBytes_FromStringAndSize((const char *)data + at, (Py_ssize_t)n);
         if (bytes == NULL) fail("bytes");
-        take(b, PyObject_CallMethod(split, "receive", "O", bytes));
+        events = PyObject_CallMethod(split, "receive", "O", bytes);
+        left = body_left(split);
+        take(b, events, left);
         Py_DECREF(bytes);
+        at += n + (size_t)left;  /* a large body's rest: read by the caller, not the session */
         PyObject *state = attribute(split, "state");
         long s = PyLong_AsLong(state);
         Py_DECREF(state);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tests of service/native's C (gRPC: tests/service/test_grpc*.py and test_perf_analyzer.py, the real
-# perf_analyzer's C++ client, streaming too; HTTP/1.1: test_h1http_parser.py, test_http_native.py and
+# perf_analyzer's C++ client, streaming too; HTTP/1.1: test_h1http_parser.py, test_http_native.py, test_large_bodies.py and
 # test_connections.py; or the pytest arguments given) against the AddressSanitizer +
 # UBSan build of service/native (scripts/build-native.sh --sanitize): the ASan runtime preloaded into the
 # test process and every service process it starts (not into other programs), Python's allocator
@@ -22,7 +22,7 @@ export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86:abort_on_error=0
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$LOG"
 export PYTHONMALLOC=malloc
 (($#)) || set -- tests/service/test_grpc*.py tests/service/test_perf_analyzer.py tests/service/test_h1http_parser.py \
-  tests/service/test_http_native.py tests/service/test_connections.py
+  tests/service/test_http_native.py tests/service/test_large_bodies.py tests/service/test_connections.py
 status=0
 # VKACT_ASAN_RUNTIME: tests/service/conftest.py hands the runtime on to the service processes only
 VKACT_ASAN_RUNTIME=$RUNTIME LD_PRELOAD=$RUNTIME "$PY" -m pytest -q -p no:cacheprovider "$@" || status=$?

@@ -8,9 +8,11 @@ Content-Length of at most ``NATIVE_HTTP_BODY`` bytes, plain headers; see h1http.
 each one as uvicorn would have, on uvicorn's own request cycle: the same ASGI app (VkactApp's hot
 routes, FastAPI behind them), the same answer written whole (api.execution.send_whole), the same
 keep-alive, Connection: close, pipelining and write flow control, the same guards (http_guard: header
-deadline, body idle limit, connection bound). At the first request it does not take (another route,
-a chunked or larger body, Expect, an upgrade, HTTP/1.0, anything odd) the connection's bytes from that
-request on go to the httptools parser, which has the connection from then on.
+deadline, body idle limit, connection bound). A larger body, up to the server's body limit, is handed
+over at the request's head and read by service/http_body.py (straight into the job's slot where the
+request is a repeated /v2 binary one), on uvicorn's cycle too. At the first request it does not take
+(another route, a chunked body or one over the limit, Expect, an upgrade, HTTP/1.0, anything odd) the
+connection's bytes from that request on go to the httptools parser, which has the connection from then on.
 
 A repeated binary inference (its JSON header parsed before) skips the ASGI machinery altogether: it is
 answered on the direct path (service/http_direct.py), whose DirectCycle stands in this protocol where
@@ -26,8 +28,9 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from .api.hot_routes import VkactApp
+from .http_body import BodyReader, LargeRequest
 from .http_direct import DirectCycle, Repeat
-from .http_guard import GuardedHttpToolsProtocol, _busy
+from .http_guard import GuardedHttpToolsProtocol, _busy, _settings
 from .limits import NATIVE_HTTP_BODY, NATIVE_HTTP_HEAD
 from .native import h1http
 
@@ -37,7 +40,6 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         super().__init__(*args, **kwargs)
         # a root path or a concurrency limit changes what uvicorn does with each request: its parser has them
         plain = not self.root_path and self.limit_concurrency is None
-        self.native: h1http.Session | None = h1http.Session(NATIVE_HTTP_HEAD, NATIVE_HTTP_BODY) if plain else None
         self.asgi = {"version": self.asgi_version, "spec_version": "2.3"}
         self._idle_since: float | None = None  # when its last answer went out with nothing read since
         # uvicorn's ProxyHeadersMiddleware changes nothing in a request without X-Forwarded-* headers: such
@@ -45,6 +47,9 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         self.inner = self.app.app if isinstance(self.app, ProxyHeadersMiddleware) else self.app
         # the direct path answers for vkact's app only, and only without an access log (uvicorn's cycle writes it)
         self.direct_app = self.inner if isinstance(self.inner, VkactApp) and not self.access_log else None
+        # a larger body, up to the server's limit, is read by http_body.py (vkact's app only, as the direct path)
+        large = _settings().max_body_bytes if self.direct_app is not None else 0
+        self.native: h1http.Session | None = h1http.Session(NATIVE_HTTP_HEAD, NATIVE_HTTP_BODY, large) if plain else None
         # a client repeats one request: its previous request's route and /v1 look-up, kept (http_direct.Repeat)
         self.repeat = Repeat()
 
@@ -55,8 +60,13 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
             return
         self._idle_since = None  # busy: the keep-alive timer leaves the connection open (_keep_alive_check)
         events = session.receive(data)
+        left = session.body_left  # the last event's body continues on the socket: http_body reads it
+        large = events.pop() if left else None
         for event in events:
             self._request(*event)
+        if large is not None:
+            self._large(large, left)
+            return
         if session.fallback:  # a request it does not take: httptools parses from its first byte on
             self.native = None
             rest = session.rest()
@@ -101,6 +111,29 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         else:  # pipelined behind an answer in progress: queued, and no more reading meanwhile
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))
+
+    def _large(self, event: tuple, left: int) -> None:
+        """A request whose body's ``left`` last bytes are still on the socket, served by http_body.LargeRequest
+        on uvicorn's request cycle, as ``_request`` serves a whole one (pipelined likewise)."""
+        path, raw_path, headers, start, keep_alive = event
+        reader = BodyReader(self, start, left)  # the connection's protocol until the body is in
+        self._expect("body", self.body_timeout)
+        route = None
+        if len(self.connections) <= self.max_connections:
+            route = self.repeat.route(path, headers)  # None with X-Forwarded-*: the proxy middleware's app then
+            app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
+        else:
+            app = _busy
+            self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
+        cycle = self._cycle(path, raw_path, headers, b"", keep_alive)
+        cycle.more_body = True
+        cycle.message_event.clear()  # set once LargeRequest has the body
+        existing, self.cycle = self.cycle, cycle
+        large = LargeRequest(reader, len(start) + left, self.direct_app, app, route)  # type: ignore[arg-type]
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, large)
+        else:  # pipelined behind an answer in progress (reading paused: the reader reads only when asked)
+            self.pipeline.appendleft((cycle, large))
 
     def _cycle(self, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, keep_alive: bool) -> RequestResponseCycle:
         """uvicorn's request cycle of a complete request, its whole body there (HttpToolsProtocol.on_message_complete)."""

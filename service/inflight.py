@@ -77,6 +77,12 @@ class Claim:
         """Take over ``nbytes`` already reserved from the budget (``try_reserve``) by whoever received them."""
         self.held += nbytes
 
+    def move_to(self, other: Claim) -> None:
+        """Hand what this claim holds to ``other`` (the same budget): a body read within the budget by the
+        HTTP protocol (service/http_body.py) charged to the route's claim, not twice."""
+        other.held += self.held
+        self.held = 0
+
     def shrink(self, nbytes: int) -> None:
         """Give back ``nbytes`` of what this claim holds (bytes dropped before the request ends)."""
         nbytes = min(nbytes, self.held)

@@ -29,6 +29,7 @@ Handler = Callable[..., Awaitable[Response]]
 
 
 CLAIM_KEY = "vkact.claim"  # scope key: the request's claim on the budget of bytes in flight (within_budget)
+PREPAID_KEY = "vkact.prepaid"  # scope key: the claim a body read whole by the HTTP protocol holds (http_body.py)
 from ..limits import UNCHARGED_BYTES
 OPERATOR_KEY = "vkact.operator"  # scope key: the operator (model) a failure from then on counts against
 
@@ -85,7 +86,11 @@ async def read_body(request: Request, limit: int, claim: Claim | None = None, ch
         if len(chunk) > limit:
             raise PayloadTooLarge(f"the body exceeds {limit} bytes", "Content-Length")
         if claim is not None and len(chunk) > UNCHARGED_BYTES:
-            claim.grow(len(chunk))
+            prepaid: Claim | None = request.scope.pop(PREPAID_KEY, None)
+            if prepaid is not None:  # read within the budget already (service/http_body.py)
+                prepaid.move_to(claim)
+            else:
+                claim.grow(len(chunk))
         return memoryview(chunk)
     if chunks:
         return await _read_chunks(request, message, limit, claim)

@@ -10,14 +10,19 @@
  *   session.fallback   True once a request is not one it takes: from its first byte on, the connection's
  *                      bytes belong to the general parser; rest = session.rest() returns them (and empties
  *                      the buffer), and receive() takes nothing more;
- *   session.state      0: no partial request buffered; 1: a request's head is partial; 2: its body is.
+ *   session.state      0: no partial request buffered; 1: a request's head is partial; 2: its body is;
+ *   session.body_left  after receive(): 0, or the last event is a large request (a Content-Length over
+ *                      max_body, up to max_large) whose body continues on the socket: its event's body is
+ *                      what had arrived of it, body_left bytes are still to come, and the caller reads them
+ *                      itself (service/http_body.py) before it feeds this session the bytes after them.
  * A request it takes: "POST <path> HTTP/1.1", the path /v1/execute or /v2/models/.../infer in plain
  * characters (no query, no percent-escapes), header lines of token names and printable values, exactly
- * one Content-Length of at most max_body bytes, no Transfer-Encoding, Expect or Upgrade, Connection
- * absent or keep-alive or close, at most MAX_HEADERS headers in at most max_head bytes. Anything else, a
- * valid request or not, is the fallback's, so its answer (400, 413, 100-continue, chunked...) stays as
- * it was. After a request with Connection: close nothing more is read (the connection closes after its
- * answer). The buffer holds at most max_head + max_body bytes of a partial request. */
+ * one Content-Length of at most max_body bytes (max_large: see body_left), no Transfer-Encoding, Expect
+ * or Upgrade, Connection absent or keep-alive or close, at most MAX_HEADERS headers in at most max_head
+ * bytes. Anything else, a valid request or not, is the fallback's, so its answer (400, 413,
+ * 100-continue, chunked...) stays as it was. After a request with Connection: close nothing more is read
+ * (the connection closes after its answer). The buffer holds at most max_head + max_body bytes of a
+ * partial request. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -33,7 +38,8 @@ typedef struct {
     size_t len, cap;      /* unparsed bytes */
     size_t scanned;       /* bytes of buf already searched for the head's end (none found) */
     size_t need;          /* a partial request's whole size, once its head was taken; else 0 */
-    size_t max_head, max_body;
+    size_t max_head, max_body, max_large;
+    Py_ssize_t body_left;  /* of the last event's body, still on the socket (see body_left above) */
     int fallback, closed, state;
 } Session;
 
@@ -133,8 +139,9 @@ static int parse(Session *self, PyObject **event, size_t *size) {
         }
         headers[count++] = (Header){name, value, name_len, raw_len};
     }
-    if (!have_length || length > self->max_body) return NOT_OURS;
-    if (self->len - end < length) {
+    if (!have_length || length > (length > self->max_body ? self->max_large : self->max_body)) return NOT_OURS;
+    size_t held = self->len - end, body = length < held ? length : held;  /* body < length: a large one's start */
+    if (body < length && length <= self->max_body) {
         self->need = end + length;
         return PARTIAL_BODY;
     }
@@ -156,9 +163,10 @@ static int parse(Session *self, PyObject **event, size_t *size) {
         PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
     }
     *event = Py_BuildValue("(s#y#Ny#O)", path, (Py_ssize_t)path_len, path, (Py_ssize_t)path_len, list, p + end,
-                           (Py_ssize_t)length, keep_alive ? Py_True : Py_False);
+                           (Py_ssize_t)body, keep_alive ? Py_True : Py_False);
     if (*event == NULL) return FAILED;
-    *size = end + length;
+    self->body_left = (Py_ssize_t)(length - body);  /* the rest of a large body: the caller's to read */
+    *size = end + body;
     return TAKEN;
 }
 
@@ -185,15 +193,16 @@ static void consume(Session *self, size_t n) {
 }
 
 static int Session_init(Session *self, PyObject *args, PyObject *kwargs) {
-    static char *keywords[] = {"max_head", "max_body", NULL};
-    Py_ssize_t max_head, max_body;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nn", keywords, &max_head, &max_body)) return -1;
-    if (max_head < 64 || max_body < 0 || max_head > (1 << 24) || max_body > (1 << 30)) {
-        PyErr_SetString(PyExc_ValueError, "64 <= max_head <= 2**24 and 0 <= max_body <= 2**30");
+    static char *keywords[] = {"max_head", "max_body", "max_large", NULL};
+    Py_ssize_t max_head, max_body, max_large = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nn|n", keywords, &max_head, &max_body, &max_large)) return -1;
+    if (max_head < 64 || max_body < 0 || max_head > (1 << 24) || max_body > (1 << 30) || max_large < 0 || max_large > ((Py_ssize_t)1 << 40)) {
+        PyErr_SetString(PyExc_ValueError, "64 <= max_head <= 2**24, 0 <= max_body <= 2**30 and 0 <= max_large <= 2**40");
         return -1;
     }
     self->max_head = (size_t)max_head;
     self->max_body = (size_t)max_body;
+    self->max_large = (size_t)max_large;  /* at most max_body: no large requests */
     return 0;
 }
 
@@ -206,6 +215,7 @@ static PyObject *Session_receive(Session *self, PyObject *arg) {
     Py_buffer data;
     if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *events = PyList_New(0);
+    self->body_left = 0;
     if (events == NULL || self->closed) {
         PyBuffer_Release(&data);
         return events;
@@ -246,6 +256,10 @@ static PyObject *Session_receive(Session *self, PyObject *arg) {
             self->state = 0;
             break;
         }
+        if (self->body_left) {  /* the caller reads the rest of its body: nothing buffered after it */
+            self->state = 0;
+            break;
+        }
     }
     return events;
 }
@@ -269,6 +283,7 @@ static PyMethodDef Session_methods[] = {
 static PyMemberDef Session_members[] = {
     {"fallback", T_INT, offsetof(Session, fallback), READONLY, "A request it does not take has begun: rest() is the general parser's."},
     {"state", T_INT, offsetof(Session, state), READONLY, "0: nothing partial buffered; 1: a partial head; 2: a partial body."},
+    {"body_left", T_PYSSIZET, offsetof(Session, body_left), READONLY, "The bytes of the last event's (large) body still to come; 0: none."},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -158,3 +158,50 @@ def test_a_one_letter_header_name_leaves_the_shared_bytes_alone():
     events = session().receive(b"POST /v1/execute HTTP/1.1\r\nL: X\r\nContent-Length: 0\r\n\r\n")
     assert events[0][2][0] == (b"l", b"X")
     assert bytes([ord("L")]) == b"L" and bytes([ord("X")]) == b"X"
+
+
+MAX_LARGE = 1 << 20
+
+
+def large_session() -> h1http.Session:
+    return h1http.Session(MAX_HEAD, MAX_BODY, MAX_LARGE)
+
+
+def test_a_large_request_is_handed_over_at_its_head_with_what_came_of_its_body():
+    """A Content-Length over max_body (up to max_large): its event comes as soon as its head is complete,
+    its body what had arrived, body_left the rest; the bytes after it (the caller reads the body itself)
+    are the next request's."""
+    body = bytes(range(256)) * 1024  # 256 KiB
+    raw = request(body=body, extra=b"Inference-Header-Content-Length: 12\r\n")
+    head = raw[: len(raw) - len(body)]
+    [(url, headers, _, keep_alive)] = oracle(raw)
+    for got in (0, 1, 5000):  # body bytes that came with the head's last byte
+        s = large_session()
+        assert s.receive(head[:-1]) == [] and s.body_left == 0
+        (event,) = s.receive(raw[len(head) - 1 : len(head) + got])
+        assert event[3] == body[:got] and s.body_left == len(body) - got and s.state == 0 and not s.fallback
+        assert (event[1], event[2], event[4]) == (url, headers, keep_alive)
+        assert len(s.receive(request(b"/v1/execute"))) == 1 and s.body_left == 0  # the next request, read as ever
+
+
+def test_requests_before_a_large_one_come_first_and_a_whole_one_is_an_ordinary_event():
+    big = request(b"/v1/execute", b"z" * (MAX_BODY + 10))
+    s = large_session()
+    events = s.receive(request() + big[:-3])
+    assert [len(e[3]) for e in events] == [14, MAX_BODY + 7] and s.body_left == 3
+    s = large_session()
+    events = s.receive(request() + big + request())  # the large body came whole: nothing left to read
+    assert [len(e[3]) for e in events] == [14, MAX_BODY + 10, 14] and s.body_left == 0
+    assert events == [(p.decode(), p, h, b, k) for (p, h, b, k) in oracle(request() + big + request())]
+
+
+def test_a_large_request_with_connection_close_ends_the_reading_and_one_over_max_large_falls_back():
+    s = large_session()
+    events = s.receive(request(body=b"c" * (MAX_BODY + 1), extra=b"Connection: close\r\n")[:-1])
+    assert len(events) == 1 and events[0][4] is False and s.body_left == 1
+    assert s.receive(request()) == []  # nothing after Connection: close
+    over = request(body=b"d" * (MAX_LARGE + 1))
+    s = large_session()
+    assert s.receive(over[:200]) == [] and s.fallback and s.rest() == over[:200]
+    s = session()  # without max_large: a body over max_body is the fallback's, as before
+    assert s.receive(request(body=b"e" * (MAX_BODY + 1))[:300]) == [] and s.fallback

@@ -304,19 +304,44 @@ def repeated(state: Runtime, model: str, version: str | None, header_length: str
     compression asked: the caller checks those headers), small (output at most LARGE bytes): its parse and
     its tensor bytes, for the direct HTTP path (service/http_direct.py). None for any other request, which
     _infer decides (every error included)."""
+    try:
+        raw, tail = frame_parts(body, header_length)
+    except CodecError:
+        return None
+    parsed = _seen(state, model, version, raw, len(tail))
+    if parsed is None or output_bytes(parsed.op) > LARGE:
+        return None
+    return parsed, tail
+
+
+def repeated_large(state: Runtime, model: str, version: str | None, raw: bytes, tail_bytes: int) -> _Parsed | None:
+    """``repeated`` for a large body whose JSON header (``raw``) has been read and whose ``tail_bytes`` of
+    tensors are still on the socket (service/http_body.py): its cached parse, where its tensors lie in
+    the body in the descriptor's order, back to back (each read straight into its place in the slot);
+    any output size. None: _infer decides."""
+    parsed = _seen(state, model, version, raw, tail_bytes)
+    if parsed is None:
+        return None
+    cursor = 0
+    for offset, size in parsed.binary:
+        if offset != cursor:
+            return None
+        cursor += size
+    return parsed if cursor == tail_bytes else None
+
+
+def _seen(state: Runtime, model: str, version: str | None, raw: bytes | memoryview, tail_bytes: int) -> _Parsed | None:
+    """The cached parse of a binary request's JSON header ``raw`` answered from its cached frame (``head``)."""
     if model not in MODELS:  # a graph model, or unknown
         return None
     try:
         model_class = find_model(model, version)
         max_tensor_bytes = ready_device(state.worker)["max_tensor_bytes"]
-        raw, tail = frame_parts(body, header_length)
-    except (VkactError, CodecError):
+    except VkactError:
         return None
     cache: HeaderCache[_Parsed] = state.v2_headers
-    parsed = cache.get(cache.key(raw, model_class, len(tail), max_tensor_bytes))
-    if parsed is None or parsed.head is None or output_bytes(parsed.op) > LARGE:
-        return None
-    return parsed, tail
+    parsed = cache.get(cache.key(raw, model_class, tail_bytes, max_tensor_bytes))
+    return parsed if parsed is not None and parsed.head is not None else None
 
 
 def _parse(body: memoryview, header_length: str | None, model: type[OperatorDesc], max_tensor_bytes: int,

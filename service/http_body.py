@@ -1,0 +1,252 @@
+"""A large inference request's body read by the kernel straight into where it goes (h1http's large
+requests: service/native/h1http.c ``body_left``, service/http_native.py).
+
+Read as data_received chunks, every body byte was copied three times after the kernel's read: uvloop's
+read buffer into a bytes object, httptools' body callback into another, then the chunks into the job's
+slot (bench/RESULTS.md, "Where a 16 MiB ... CPU goes"). Here, once h1http has the request's head, the
+connection's protocol is switched (``transport.set_protocol``) to a ``BodyReader``, an
+asyncio.BufferedProtocol whose buffers are the body's destinations, and back once the body is in:
+
+- a repeated /v2 binary request (its JSON header read first, then found in the routes' cache,
+  v2.routes.repeated_large): its tensors are read into their places in the job's slot (``SocketInput``,
+  a worker.Source: the slot is taken first, so reading waits while none is free), the job run through
+  the data plane, the answer written from the slot (its header and the slot in one writev);
+- any other (its first request, /v1, JSON, a graph model, anything the route must decide): the body read
+  into one buffer and run on uvicorn's request cycle, whole, as a small body is; the route's read_body
+  takes over its charge on the budget of bytes in flight (``PREPAID_KEY``).
+
+Either way the body is charged to the budget of bytes in flight before it is read (413 when it never
+fits, 503 while others hold it), the body idle timeout holds (http_guard: each read restarts it, a read
+nobody asked for yet is not timed), and the connection stays on h1http for the requests after it. An
+error answered before the body was read (no slot free, the budget, a timeout) is followed by the rest
+of the body read and dropped, as httptools drops it; a body not read to its end otherwise (the client
+left, an exception) ends the connection. A destination is never written after its read ends (a slot
+given back is another request's).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from starlette.requests import ClientDisconnect
+
+from .api.execution import CYCLE_KEY, PREPAID_KEY, send_whole
+from .api.v2 import routes as v2
+from .dataplane.execution import execute, record_success
+from .http_direct import _Failed
+from .http_guard import _busy
+from .limits import UNCHARGED_BYTES
+from .worker import LARGE
+
+if TYPE_CHECKING:
+    from .api.hot_routes import VkactApp
+    from .http_native import NativeHttpProtocol
+
+SPILL_BYTES = 1 << 16  # body bytes read before anyone asked for them (reading resumed elsewhere) kept, then reading pauses
+
+
+class BodyReader(asyncio.BufferedProtocol):
+    """The connection's protocol while the rest of one request's body is read: ``read_into`` fills a
+    caller's buffer from the socket. Everything else a protocol is told goes to the HTTP protocol."""
+
+    def __init__(self, proto: NativeHttpProtocol, start: bytes, left: int) -> None:
+        self.proto = proto
+        self.pending = bytearray(start)  # body bytes read and not handed out yet
+        self.left = left                 # body bytes still on the socket
+        self.target: memoryview | None = None
+        self.filled = 0
+        self.waiter: asyncio.Future[None] | None = None
+        self.spill = bytearray()
+        self.lost = False
+        proto.flow.pause_reading()  # until a read asks for bytes
+        proto.transport.set_protocol(self)
+
+    @property
+    def done(self) -> bool:
+        """The whole body has been read from the socket (the HTTP protocol reads the connection again)."""
+        return self.left == 0
+
+    async def read_into(self, dst: memoryview) -> None:
+        """Fill ``dst`` (bytes, within what is left of the body) with the body's next bytes; ClientDisconnect
+        when the connection is lost first. Once it returns or raises, ``dst`` is never written again."""
+        n = min(len(self.pending), len(dst))
+        if n:
+            dst[:n] = self.pending[:n]
+            del self.pending[:n]
+        if n == len(dst):
+            return
+        if self.lost:
+            raise ClientDisconnect()
+        if len(dst) - n > self.left:
+            raise ValueError("a read past the body's end")
+        self.target, self.filled = dst, n
+        self.waiter = waiter = self.proto.loop.create_future()
+        self.proto.flow.resume_reading()
+        try:
+            await waiter
+        finally:
+            self.target = self.waiter = None  # not filled (cancelled, lost): no more bytes go there
+
+    async def discard(self) -> None:
+        """Read the rest of the body and drop it (the connection's next request follows it)."""
+        scratch = memoryview(bytearray(min(len(self.pending) + self.left, 1 << 20)))
+        while rest := len(self.pending) + self.left:
+            await self.read_into(scratch[: min(rest, len(scratch))])
+
+    # -- asyncio.BufferedProtocol ---------------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview | bytearray:
+        if self.target is not None:
+            return self.target[self.filled :]
+        self.spill = bytearray(min(self.left, SPILL_BYTES))  # nobody reading: kept for the next read
+        return self.spill
+
+    def buffer_updated(self, nbytes: int) -> None:
+        proto = self.proto
+        proto._since = proto.loop.time()  # a body's bytes came: its idle time starts again (http_guard)
+        proto._idle_since = None  # not idle: the keep-alive timer leaves the connection open (an answer may be out)
+        self.left -= nbytes
+        if self.target is None:
+            self.pending += memoryview(self.spill)[:nbytes]
+            if len(self.pending) >= SPILL_BYTES:
+                proto.flow.pause_reading()
+        else:
+            self.filled += nbytes
+            if self.filled == len(self.target):
+                waiter, self.target = self.waiter, None
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+                if self.left:
+                    proto.flow.pause_reading()  # until the next read asks
+        if self.left == 0:  # the body is in: the next bytes are the next request's, h1http's again
+            proto._waiting_for = ""
+            proto.transport.set_protocol(proto)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.target = None
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ClientDisconnect())
+        self.proto.connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        return self.proto.eof_received()
+
+    def pause_writing(self) -> None:
+        self.proto.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.proto.resume_writing()
+
+
+class SocketInput:
+    """An input tensor still on the socket: read straight into the job's slot (worker.Source)."""
+
+    __slots__ = ("reader", "size", "nbytes")
+
+    def __init__(self, reader: BodyReader, size: int, nbytes: int) -> None:
+        self.reader, self.size, self.nbytes = reader, size, nbytes
+
+    async def fill(self, dst: np.ndarray) -> None:
+        await self.reader.read_into(memoryview(dst[: self.size]))
+        dst[self.size :] = 0  # a descriptor's buffer is rounded up to 4 bytes
+
+
+class LargeRequest:
+    """The ASGI app that serves one large request on uvicorn's request cycle (its task, its place in the
+    protocol's pipeline): reads its body through ``reader`` as the module's docstring says."""
+
+    def __init__(self, reader: BodyReader, length: int, runtime_app: VkactApp, app: Any,
+                 route: tuple[str | None, str | None, str] | None) -> None:
+        self.reader, self.length, self.runtime_app, self.app, self.route = reader, length, runtime_app, app, route
+        self.head = b""  # the body's first bytes, read to look its JSON header up
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        cycle = scope[CYCLE_KEY]  # put there by http_guard (no access log: the only case h1http takes)
+        try:
+            if self.app is _busy:  # past the connection bound: answered without reading the body, then closed
+                cycle.keep_alive = False
+                await _busy(scope, receive, send)
+            elif not await self._repeated(cycle, scope, receive, send):
+                await self._whole(cycle, scope, receive, send)
+            if not self.reader.done and cycle.response_complete and not cycle.transport.is_closing():
+                await self.reader.discard()  # answered (an error) before the body was read: read and dropped, as httptools does
+        except ClientDisconnect:  # gone mid-body: nobody to answer
+            pass
+        finally:
+            if not self.reader.done and not cycle.transport.is_closing():  # its bytes can't be the next request's
+                cycle.transport.close()
+
+    async def _repeated(self, cycle: Any, scope: Any, receive: Any, send: Any) -> bool:
+        """Serve a repeated /v2 binary request with its tensors read into the slot; False where the route decides."""
+        if self.route is None or self.route[0] is None:  # not /v2 binary, or /v1
+            return False
+        model, version, header_length = self.route
+        state = self.runtime_app.runtime
+        n = int(header_length) if header_length.isdigit() else 0
+        if not 0 < n <= min(UNCHARGED_BYTES, self.length):
+            return False
+        head = bytearray(n)
+        await self.reader.read_into(memoryview(head))
+        self.head = bytes(head)
+        parsed = v2.repeated_large(state, model, version, self.head, self.length - n)  # type: ignore[arg-type]
+        if parsed is None:
+            return False
+        started = time.perf_counter()
+        op = parsed.op
+        claim = state.inflight.claim()
+        try:
+            claim.grow(self.length)
+            inputs = [SocketInput(self.reader, size, desc.total_bytes) for (_, size), desc in zip(parsed.binary, op.inputs)]
+            result = await execute(state, op, inputs, False, parsed.key, self.reader.proto._departure)
+        except ClientDisconnect:
+            raise
+        except Exception as exc:  # noqa: BLE001 - answered by the route's error handlers
+            await self._fail(cycle, exc, op.type_name(), scope, receive, send)
+            return True
+        finally:
+            claim.release()
+        if result is None:  # the client left
+            return True
+        try:
+            data = parsed.output(result)
+            if data.nbytes > LARGE:  # from the slot, held until the socket has taken it
+                await send_whole(cycle, parsed.frame_headers, (parsed.head, data), state.settings.body_timeout_s)  # type: ignore[arg-type]
+            else:
+                await send_whole(cycle, parsed.frame_headers, b"".join((parsed.head, data)))  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - as uvicorn's run_asgi: logged, the connection closed
+            self.reader.proto.logger.error("Exception in the large HTTP body path", exc_info=exc)
+            cycle.transport.close()
+            return True
+        finally:
+            result.release()
+        record_success(state, op, started, result, sum(i.nbytes for i in inputs), op.output.total_bytes)
+        return True
+
+    async def _whole(self, cycle: Any, scope: Any, receive: Any, send: Any) -> None:
+        """The body read into one buffer, within the budget, and run on the cycle as a whole body."""
+        claim = self.runtime_app.runtime.inflight.claim()
+        try:
+            try:
+                claim.grow(self.length)
+            except Exception as exc:  # noqa: BLE001 - 413 or 503, before the body is read
+                await self._fail(cycle, exc, "-", scope, receive, send)
+                return
+            body = np.empty(self.length, np.uint8)  # its pages faulted in as the kernel fills them
+            view = memoryview(body)
+            view[: len(self.head)] = self.head
+            await self.reader.read_into(view[len(self.head) :])
+            scope[PREPAID_KEY] = claim  # the route's read_body takes the charge over
+            cycle.body, cycle.more_body = view, False
+            cycle.message_event.set()
+            await self.app(scope, receive, send)
+        finally:
+            claim.release()  # nothing, where the route took it over
+
+    async def _fail(self, cycle: Any, exc: Exception, operator: str, scope: Any, receive: Any, send: Any) -> None:
+        """Answer ``exc`` as the route would (the rest of the body is dropped after it: __call__)."""
+        request_id = v2.fresh_request_id() if self.route is not None and self.route[0] is not None else None
+        await _Failed(self.runtime_app, exc, operator, request_id)(scope, receive, send)
+
