@@ -10,7 +10,8 @@ asyncio.BufferedProtocol whose buffers are the body's destinations, and back onc
 - a repeated /v2 binary request (its JSON header read first, then found in the routes' cache,
   v2.routes.repeated_large): its tensors are read into their places in the job's slot (``SocketInput``,
   a worker.Source: the slot is taken first, so reading waits while none is free), the job run through
-  the data plane, the answer written from the slot (its header and the slot in one writev);
+  the data plane, the answer written from the slot (its header and the slot in one writev); at most
+  half the worker's slots are read into at once (``slot_readers``), the requests beyond are read whole;
 - any other (its first request, /v1, JSON, a graph model, anything the route must decide): the body read
   into one buffer and run on uvicorn's request cycle, whole, as a small body is; the route's read_body
   takes over its charge on the budget of bytes in flight (``PREPAID_KEY``).
@@ -37,7 +38,7 @@ from .api.v2 import routes as v2
 from .dataplane.execution import execute, record_success
 from .http_direct import _Failed
 from .http_guard import _busy
-from .limits import UNCHARGED_BYTES
+from .limits import IN_FLIGHT, UNCHARGED_BYTES
 from .worker import LARGE
 
 if TYPE_CHECKING:
@@ -154,9 +155,20 @@ class SocketInput:
         dst[self.size :] = 0  # a descriptor's buffer is rounded up to 4 bytes
 
 
+def slot_readers(queue_size: int) -> int:
+    """How many requests of one HTTP process may read their tensors from the socket into a slot at once:
+    half the worker's slots (queue_size + IN_FLIGHT). A slot is taken before its bytes arrive, so a
+    client that sends a body slowly holds it for as long as it sends (a byte per body timeout); past
+    this, bodies are read whole first (``_whole``, bounded by the budget of bytes in flight), so slow
+    clients cannot take the slots that every request, a small one too, needs."""
+    return max(1, (queue_size + IN_FLIGHT) // 2)
+
+
 class LargeRequest:
     """The ASGI app that serves one large request on uvicorn's request cycle (its task, its place in the
     protocol's pipeline): reads its body through ``reader`` as the module's docstring says."""
+
+    in_slots = 0  # this process's requests reading their tensors into a slot now (slot_readers bounds them)
 
     def __init__(self, reader: BodyReader, length: int, runtime_app: VkactApp, app: Any,
                  route: tuple[str | None, str | None, str] | None) -> None:
@@ -194,9 +206,12 @@ class LargeRequest:
         parsed = v2.repeated_large(state, model, version, self.head, self.length - n)  # type: ignore[arg-type]
         if parsed is None:
             return False
+        if LargeRequest.in_slots >= slot_readers(state.settings.queue_size):  # the other slots stay others'
+            return False
         started = time.perf_counter()
         op = parsed.op
         claim = state.inflight.claim()
+        LargeRequest.in_slots += 1
         try:
             claim.grow(self.length)
             inputs = [SocketInput(self.reader, size, desc.total_bytes) for (_, size), desc in zip(parsed.binary, op.inputs)]
@@ -207,6 +222,7 @@ class LargeRequest:
             await self._fail(cycle, exc, op.type_name(), scope, receive, send)
             return True
         finally:
+            LargeRequest.in_slots -= 1
             claim.release()
         if result is None:  # the client left
             return True
