@@ -16,11 +16,13 @@ asyncio.BufferedProtocol whose buffers are the body's destinations, and back onc
   into one buffer and run on uvicorn's request cycle, whole, as a small body is; the route's read_body
   takes over its charge on the budget of bytes in flight (``PREPAID_KEY``).
 
-Either way the body is charged to the budget of bytes in flight before it is read (413 when it never
-fits, 503 while others hold it), the body idle timeout holds (http_guard: each read restarts it, a read
-nobody asked for yet is not timed), and the connection stays on h1http for the requests after it. An
-error answered before the body was read (no slot free, the budget, a timeout) is followed by the rest
-of the body read and dropped, as httptools drops it; a body not read to its end otherwise (the client
+Either way the body is charged to the budget of bytes in flight as it is read, a step (``CHARGE_STEP``)
+ahead of the bytes that came (413 before any is read when it never fits, 503 when others hold the
+budget: a client that declares a large body and sends it slowly holds only what it sent, as on
+httptools' path, not the whole declared length), the body idle timeout holds (http_guard: each read
+restarts it, a read nobody asked for yet is not timed), and the connection stays on h1http for the
+requests after it. An error answered before the body was read (no slot free, the budget, a timeout)
+is followed by the rest of the body read and dropped, as httptools drops it; a body not read to its end otherwise (the client
 left, an exception) ends the connection. A destination is never written after its read ends (a slot
 given back is another request's).
 """
@@ -36,8 +38,10 @@ from starlette.requests import ClientDisconnect
 from .api.execution import CYCLE_KEY, PREPAID_KEY, send_whole
 from .api.v2 import routes as v2
 from .dataplane.execution import execute, record_success
+from .errors import Busy, PayloadTooLarge
 from .http_direct import _Failed
 from .http_guard import _busy
+from .inflight import Claim
 from .limits import IN_FLIGHT, UNCHARGED_BYTES
 from .worker import LARGE
 
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
     from .http_native import NativeHttpProtocol
 
 SPILL_BYTES = 1 << 16  # body bytes read before anyone asked for them (reading resumed elsewhere) kept, then reading pauses
+CHARGE_STEP = 1 << 20  # a large body is charged to the budget of bytes in flight this many bytes ahead of its reading
 
 
 class BodyReader(asyncio.BufferedProtocol):
@@ -142,16 +147,31 @@ class BodyReader(asyncio.BufferedProtocol):
         self.proto.resume_writing()
 
 
+async def read_charged(reader: BodyReader, claim: Claim, dst: memoryview) -> None:
+    """Fill ``dst`` with the body's next bytes, ``claim`` grown by each CHARGE_STEP before it is read
+    (Busy, a 503, where the budget is held by others meanwhile)."""
+    for at in range(0, len(dst), CHARGE_STEP):
+        piece = dst[at : at + CHARGE_STEP]
+        claim.grow(len(piece))
+        await reader.read_into(piece)
+
+
+def refuse_oversize(claim: Claim, nbytes: int) -> None:
+    """PayloadTooLarge (413) before any of the body is read, where ``nbytes`` would never fit the budget."""
+    if not claim.fits_alone(nbytes):
+        claim.grow(nbytes)  # raises the budget's own 413
+
+
 class SocketInput:
-    """An input tensor still on the socket: read straight into the job's slot (worker.Source)."""
+    """An input tensor still on the socket: read straight into the job's slot (worker.Source), charged as it is read."""
 
-    __slots__ = ("reader", "size", "nbytes")
+    __slots__ = ("reader", "claim", "size", "nbytes")
 
-    def __init__(self, reader: BodyReader, size: int, nbytes: int) -> None:
-        self.reader, self.size, self.nbytes = reader, size, nbytes
+    def __init__(self, reader: BodyReader, claim: Claim, size: int, nbytes: int) -> None:
+        self.reader, self.claim, self.size, self.nbytes = reader, claim, size, nbytes
 
     async def fill(self, dst: np.ndarray) -> None:
-        await self.reader.read_into(memoryview(dst[: self.size]))
+        await read_charged(self.reader, self.claim, memoryview(dst[: self.size]))
         dst[self.size :] = 0  # a descriptor's buffer is rounded up to 4 bytes
 
 
@@ -213,8 +233,9 @@ class LargeRequest:
         claim = state.inflight.claim()
         LargeRequest.in_slots += 1
         try:
-            claim.grow(self.length)
-            inputs = [SocketInput(self.reader, size, desc.total_bytes) for (_, size), desc in zip(parsed.binary, op.inputs)]
+            refuse_oversize(claim, self.length)
+            claim.grow(len(self.head))
+            inputs = [SocketInput(self.reader, claim, size, desc.total_bytes) for (_, size), desc in zip(parsed.binary, op.inputs)]
             result = await execute(state, op, inputs, False, parsed.key, self.reader.proto._departure)
         except ClientDisconnect:
             raise
@@ -246,14 +267,15 @@ class LargeRequest:
         claim = self.runtime_app.runtime.inflight.claim()
         try:
             try:
-                claim.grow(self.length)
-            except Exception as exc:  # noqa: BLE001 - 413 or 503, before the body is read
+                refuse_oversize(claim, self.length)
+                claim.grow(len(self.head))
+                body = np.empty(self.length, np.uint8)  # its pages faulted in as the kernel fills them
+                view = memoryview(body)
+                view[: len(self.head)] = self.head
+                await read_charged(self.reader, claim, view[len(self.head) :])
+            except (PayloadTooLarge, Busy) as exc:  # 413 before the body is read, or 503 as it is
                 await self._fail(cycle, exc, "-", scope, receive, send)
                 return
-            body = np.empty(self.length, np.uint8)  # its pages faulted in as the kernel fills them
-            view = memoryview(body)
-            view[: len(self.head)] = self.head
-            await self.reader.read_into(view[len(self.head) :])
             scope[PREPAID_KEY] = claim  # the route's read_body takes the charge over
             cycle.body, cycle.more_body = view, False
             cycle.message_event.set()
