@@ -16,12 +16,12 @@ asyncio.BufferedProtocol whose buffers are the body's destinations, and back onc
   into one buffer and run on uvicorn's request cycle, whole, as a small body is; the route's read_body
   takes over its charge on the budget of bytes in flight (``PREPAID_KEY``).
 
-Either way the body is charged to the budget of bytes in flight as it is read, a step (``CHARGE_STEP``)
-ahead of the bytes that came (413 before any is read when it never fits, 503 when others hold the
-budget: a client that declares a large body and sends it slowly holds only what it sent, as on
-httptools' path, not the whole declared length), the body idle timeout holds (http_guard: each read
-restarts it, a read nobody asked for yet is not timed), and the connection stays on h1http for the
-requests after it. An error answered before the body was read (no slot free, the budget, a timeout)
+Either way the body is charged to the budget of bytes in flight as it is read, each piece before it is
+read, a piece no larger than what came before it (``read_charged``; 413 before any is read when it never
+fits, 503 when others hold the budget): a client that declares a large body and sends it slowly holds
+at most twice what it sent and a step, not the whole declared length, nearly as on httptools' path.
+The body idle timeout holds (http_guard: each read restarts it, a read nobody asked for yet is not
+timed), and the connection stays on h1http for the requests after it. An error answered before the body was read (no slot free, the budget, a timeout)
 is followed by the rest of the body read and dropped, as httptools drops it; a body not read to its end otherwise (the client
 left, an exception) ends the connection. A destination is never written after its read ends (a slot
 given back is another request's).
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .http_native import NativeHttpProtocol
 
 SPILL_BYTES = 1 << 16  # body bytes read before anyone asked for them (reading resumed elsewhere) kept, then reading pauses
-CHARGE_STEP = 1 << 20  # a large body is charged to the budget of bytes in flight this many bytes ahead of its reading
+CHARGE_STEP = 1 << 16  # a large body's first piece charged to the budget of bytes in flight before it is read
 
 
 class BodyReader(asyncio.BufferedProtocol):
@@ -148,12 +148,16 @@ class BodyReader(asyncio.BufferedProtocol):
 
 
 async def read_charged(reader: BodyReader, claim: Claim, dst: memoryview) -> None:
-    """Fill ``dst`` with the body's next bytes, ``claim`` grown by each CHARGE_STEP before it is read
-    (Busy, a 503, where the budget is held by others meanwhile)."""
-    for at in range(0, len(dst), CHARGE_STEP):
-        piece = dst[at : at + CHARGE_STEP]
+    """Fill ``dst`` with the body's next bytes, ``claim`` grown by each piece before it is read (Busy, a
+    503, where others hold the budget meanwhile). A piece is as large as what the claim holds, at least
+    CHARGE_STEP: the charge runs at most one piece ahead of the bytes that came (a client that stalls
+    holds no more than twice what it sent and a step), in few pieces (9 for 16 MiB)."""
+    at = 0
+    while at < len(dst):
+        piece = dst[at : at + max(CHARGE_STEP, claim.held)]
         claim.grow(len(piece))
         await reader.read_into(piece)
+        at += len(piece)
 
 
 def refuse_oversize(claim: Claim, nbytes: int) -> None:
