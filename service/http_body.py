@@ -9,7 +9,7 @@ asyncio.BufferedProtocol whose buffers are the body's destinations, and back onc
 
 - a repeated /v2 binary request (its JSON header read first, then found in the routes' cache,
   v2.routes.repeated_large): its tensors are read into their places in the job's slot (``SocketInput``,
-  a worker.Source: the slot is taken first, so reading waits while none is free), the job run through
+  a worker.Source: the slot is taken first: none free, a 503 before its tensors are read), the job run through
   the data plane, the answer written from the slot (its header and the slot in one writev); at most
   half the worker's slots are read into at once (``slot_readers``), the requests beyond are read whole;
 - any other (its first request, /v1, JSON, a graph model, anything the route must decide): the body read
