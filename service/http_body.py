@@ -21,7 +21,7 @@ read, a piece no larger than what came before it (``read_charged``; 413 before a
 fits, 503 when others hold the budget): a client that declares a large body and sends it slowly holds
 at most twice what it sent and a step, not the whole declared length, nearly as on httptools' path.
 The body idle timeout holds (http_guard: each read restarts it, a read nobody asked for yet is not
-timed), and the connection stays on h1http for the requests after it. An error answered before the body was read (no slot free, the budget, a timeout)
+timed), and the connection stays on h1http for the requests after it. An error answered before the body was read (no slot free, the budget)
 is followed by the rest of the body read and dropped, as httptools drops it; a body not read to its end otherwise (the client
 left, an exception) ends the connection. A destination is never written after its read ends (a slot
 given back is another request's).
@@ -29,6 +29,7 @@ given back is another request's).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +38,13 @@ from starlette.requests import ClientDisconnect
 
 from .api.execution import CYCLE_KEY, PREPAID_KEY, send_whole
 from .api.v2 import routes as v2
-from .dataplane.execution import execute, record_success
+from .dataplane.execution import record_success, watched
 from .errors import Busy, PayloadTooLarge
 from .http_direct import _Failed
 from .http_guard import _busy
 from .inflight import Claim
 from .limits import IN_FLIGHT, UNCHARGED_BYTES
-from .worker import LARGE
+from .worker import LARGE, Result
 
 if TYPE_CHECKING:
     from .api.hot_routes import VkactApp
@@ -240,7 +241,7 @@ class LargeRequest:
             refuse_oversize(claim, self.length)
             claim.grow(len(self.head))
             inputs = [SocketInput(self.reader, claim, size, desc.total_bytes) for (_, size), desc in zip(parsed.binary, op.inputs)]
-            result = await execute(state, op, inputs, False, parsed.key, self.reader.proto._departure)
+            result = await self._execute(state, op, inputs, parsed.key)
         except ClientDisconnect:
             raise
         except Exception as exc:  # noqa: BLE001 - answered by the route's error handlers
@@ -265,6 +266,20 @@ class LargeRequest:
             result.release()
         record_success(state, op, started, result, sum(i.nbytes for i in inputs), op.output.total_bytes)
         return True
+
+    async def _execute(self, state: Any, op: Any, inputs: list[SocketInput], key: bytes) -> Result | None:
+        """dataplane.execute with the tensors read into the slot first, outside the request timeout: a body
+        comes at the client's pace, which the body idle timeout bounds (a slow link's repeated request
+        was a 504 where its first, read whole before the route, was answered)."""
+        worker = state.worker
+        job = await worker.filled(op, inputs, False, key)
+        running = worker.run_filled(job, sum(i.nbytes for i in inputs), state.metrics.triton.pending(op).add)
+        try:
+            return await watched(state, running, inputs, self.reader.proto._departure, op)
+        finally:
+            if inspect.getcoroutinestate(running) == inspect.CORO_CREATED:  # never run: its slot is still ours
+                running.close()
+                job.release()
 
     async def _whole(self, cycle: Any, scope: Any, receive: Any, send: Any) -> None:
         """The body read into one buffer, within the budget, and run on the cycle as a whole body."""
