@@ -9,23 +9,27 @@ asyncio.BufferedProtocol whose buffers are the body's destinations, and back onc
 
 - a repeated /v2 binary request (its JSON header read first, then found in the routes' cache,
   v2.routes.repeated_large): its tensors are read into their places in the job's slot (``SocketInput``,
-  a worker.Source: the slot is taken first, so reading waits while none is free), the job run through
-  the data plane, the answer written from the slot (its header and the slot in one writev);
+  a worker.Source: the slot is taken first: none free, a 503 before its tensors are read), the job run through
+  the data plane, the answer written from the slot (its header and the slot in one writev); at most
+  half the worker's slots are read into at once (``slot_readers``), the requests beyond are read whole;
 - any other (its first request, /v1, JSON, a graph model, anything the route must decide): the body read
   into one buffer and run on uvicorn's request cycle, whole, as a small body is; the route's read_body
   takes over its charge on the budget of bytes in flight (``PREPAID_KEY``).
 
-Either way the body is charged to the budget of bytes in flight before it is read (413 when it never
-fits, 503 while others hold it), the body idle timeout holds (http_guard: each read restarts it, a read
-nobody asked for yet is not timed), and the connection stays on h1http for the requests after it. An
-error answered before the body was read (no slot free, the budget, a timeout) is followed by the rest
-of the body read and dropped, as httptools drops it; a body not read to its end otherwise (the client
+Either way the body is charged to the budget of bytes in flight as it is read, each piece before it is
+read, a piece no larger than what came before it (``read_charged``; 413 before any is read when it never
+fits, 503 when others hold the budget): a client that declares a large body and sends it slowly holds
+at most twice what it sent and a step, not the whole declared length, nearly as on httptools' path.
+The body idle timeout holds (http_guard: each read restarts it, a read nobody asked for yet is not
+timed), and the connection stays on h1http for the requests after it. An error answered before the body was read (no slot free, the budget)
+is followed by the rest of the body read and dropped, as httptools drops it; a body not read to its end otherwise (the client
 left, an exception) ends the connection. A destination is never written after its read ends (a slot
 given back is another request's).
 """
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -34,17 +38,20 @@ from starlette.requests import ClientDisconnect
 
 from .api.execution import CYCLE_KEY, PREPAID_KEY, send_whole
 from .api.v2 import routes as v2
-from .dataplane.execution import execute, record_success
+from .dataplane.execution import record_success, watched
+from .errors import Busy, PayloadTooLarge
 from .http_direct import _Failed
 from .http_guard import _busy
-from .limits import UNCHARGED_BYTES
-from .worker import LARGE
+from .inflight import Claim
+from .limits import IN_FLIGHT, UNCHARGED_BYTES
+from .worker import LARGE, Result
 
 if TYPE_CHECKING:
     from .api.hot_routes import VkactApp
     from .http_native import NativeHttpProtocol
 
 SPILL_BYTES = 1 << 16  # body bytes read before anyone asked for them (reading resumed elsewhere) kept, then reading pauses
+CHARGE_STEP = 1 << 16  # a large body's first piece charged to the budget of bytes in flight before it is read
 
 
 class BodyReader(asyncio.BufferedProtocol):
@@ -141,22 +148,52 @@ class BodyReader(asyncio.BufferedProtocol):
         self.proto.resume_writing()
 
 
+async def read_charged(reader: BodyReader, claim: Claim, dst: memoryview) -> None:
+    """Fill ``dst`` with the body's next bytes, ``claim`` grown by each piece before it is read (Busy, a
+    503, where others hold the budget meanwhile). A piece is as large as what the claim holds, at least
+    CHARGE_STEP: the charge runs at most one piece ahead of the bytes that came (a client that stalls
+    holds no more than twice what it sent and a step), in few pieces (9 for 16 MiB)."""
+    at = 0
+    while at < len(dst):
+        piece = dst[at : at + max(CHARGE_STEP, claim.held)]
+        claim.grow(len(piece))
+        await reader.read_into(piece)
+        at += len(piece)
+
+
+def refuse_oversize(claim: Claim, nbytes: int) -> None:
+    """PayloadTooLarge (413) before any of the body is read, where ``nbytes`` would never fit the budget."""
+    if not claim.fits_alone(nbytes):
+        claim.grow(nbytes)  # raises the budget's own 413
+
+
 class SocketInput:
-    """An input tensor still on the socket: read straight into the job's slot (worker.Source)."""
+    """An input tensor still on the socket: read straight into the job's slot (worker.Source), charged as it is read."""
 
-    __slots__ = ("reader", "size", "nbytes")
+    __slots__ = ("reader", "claim", "size", "nbytes")
 
-    def __init__(self, reader: BodyReader, size: int, nbytes: int) -> None:
-        self.reader, self.size, self.nbytes = reader, size, nbytes
+    def __init__(self, reader: BodyReader, claim: Claim, size: int, nbytes: int) -> None:
+        self.reader, self.claim, self.size, self.nbytes = reader, claim, size, nbytes
 
     async def fill(self, dst: np.ndarray) -> None:
-        await self.reader.read_into(memoryview(dst[: self.size]))
+        await read_charged(self.reader, self.claim, memoryview(dst[: self.size]))
         dst[self.size :] = 0  # a descriptor's buffer is rounded up to 4 bytes
+
+
+def slot_readers(queue_size: int) -> int:
+    """How many requests of one HTTP process may read their tensors from the socket into a slot at once:
+    half the worker's slots (queue_size + IN_FLIGHT). A slot is taken before its bytes arrive, so a
+    client that sends a body slowly holds it for as long as it sends (a byte per body timeout); past
+    this, bodies are read whole first (``_whole``, bounded by the budget of bytes in flight), so slow
+    clients cannot take the slots that every request, a small one too, needs."""
+    return max(1, (queue_size + IN_FLIGHT) // 2)
 
 
 class LargeRequest:
     """The ASGI app that serves one large request on uvicorn's request cycle (its task, its place in the
     protocol's pipeline): reads its body through ``reader`` as the module's docstring says."""
+
+    in_slots = 0  # this process's requests reading their tensors into a slot now (slot_readers bounds them)
 
     def __init__(self, reader: BodyReader, length: int, runtime_app: VkactApp, app: Any,
                  route: tuple[str | None, str | None, str] | None) -> None:
@@ -194,19 +231,24 @@ class LargeRequest:
         parsed = v2.repeated_large(state, model, version, self.head, self.length - n)  # type: ignore[arg-type]
         if parsed is None:
             return False
+        if LargeRequest.in_slots >= slot_readers(state.settings.queue_size):  # the other slots stay others'
+            return False
         started = time.perf_counter()
         op = parsed.op
         claim = state.inflight.claim()
+        LargeRequest.in_slots += 1
         try:
-            claim.grow(self.length)
-            inputs = [SocketInput(self.reader, size, desc.total_bytes) for (_, size), desc in zip(parsed.binary, op.inputs)]
-            result = await execute(state, op, inputs, False, parsed.key, self.reader.proto._departure)
+            refuse_oversize(claim, self.length)
+            claim.grow(len(self.head))
+            inputs = [SocketInput(self.reader, claim, size, desc.total_bytes) for (_, size), desc in zip(parsed.binary, op.inputs)]
+            result = await self._execute(state, op, inputs, parsed.key)
         except ClientDisconnect:
             raise
         except Exception as exc:  # noqa: BLE001 - answered by the route's error handlers
             await self._fail(cycle, exc, op.type_name(), scope, receive, send)
             return True
         finally:
+            LargeRequest.in_slots -= 1
             claim.release()
         if result is None:  # the client left
             return True
@@ -225,19 +267,34 @@ class LargeRequest:
         record_success(state, op, started, result, sum(i.nbytes for i in inputs), op.output.total_bytes)
         return True
 
+    async def _execute(self, state: Any, op: Any, inputs: list[SocketInput], key: bytes) -> Result | None:
+        """dataplane.execute with the tensors read into the slot first, outside the request timeout: a body
+        comes at the client's pace, which the body idle timeout bounds (a slow link's repeated request
+        was a 504 where its first, read whole before the route, was answered)."""
+        worker = state.worker
+        job = await worker.filled(op, inputs, False, key)
+        running = worker.run_filled(job, sum(i.nbytes for i in inputs), state.metrics.triton.pending(op).add)
+        try:
+            return await watched(state, running, inputs, self.reader.proto._departure, op)
+        finally:
+            if inspect.getcoroutinestate(running) == inspect.CORO_CREATED:  # never run: its slot is still ours
+                running.close()
+                job.release()
+
     async def _whole(self, cycle: Any, scope: Any, receive: Any, send: Any) -> None:
         """The body read into one buffer, within the budget, and run on the cycle as a whole body."""
         claim = self.runtime_app.runtime.inflight.claim()
         try:
             try:
-                claim.grow(self.length)
-            except Exception as exc:  # noqa: BLE001 - 413 or 503, before the body is read
+                refuse_oversize(claim, self.length)
+                claim.grow(len(self.head))
+                body = np.empty(self.length, np.uint8)  # its pages faulted in as the kernel fills them
+                view = memoryview(body)
+                view[: len(self.head)] = self.head
+                await read_charged(self.reader, claim, view[len(self.head) :])
+            except (PayloadTooLarge, Busy) as exc:  # 413 before the body is read, or 503 as it is
                 await self._fail(cycle, exc, "-", scope, receive, send)
                 return
-            body = np.empty(self.length, np.uint8)  # its pages faulted in as the kernel fills them
-            view = memoryview(body)
-            view[: len(self.head)] = self.head
-            await self.reader.read_into(view[len(self.head) :])
             scope[PREPAID_KEY] = claim  # the route's read_body takes the charge over
             cycle.body, cycle.more_body = view, False
             cycle.message_event.set()

@@ -338,9 +338,22 @@ class DeviceWorker:
         (``descriptor_key(op)``), for callers that keep it: the worker caches descriptors and their
         recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
         and -1 when it leaves the queue (to the device, or dropped)."""
+        job = await self.filled(op, inputs, in_place, key)
+        return await self.run_filled(job, sum(a.nbytes for a in inputs), waiting)
+
+    async def filled(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None) -> _Job:
+        """``run``'s first half: ``op``'s job, its slot taken (Busy when none is left) and ``inputs`` written
+        into it (the slot given back if that fails), not sent. Hand it to ``run_filled``; a caller that
+        does not must ``release()`` it. For inputs read from a client's socket at its pace
+        (service/http_body.py), which the request timeout does not cover."""
         job = self._new_job(op, inputs, in_place, key)
         await self._fill(job, inputs)
-        kernel_seconds, batch_size = await self._submit(job, sum(a.nbytes for a in inputs), waiting)
+        return job
+
+    async def run_filled(self, job: _Job, input_bytes: int, waiting: Callable[[int], None] | None = None) -> Result:
+        """``run``'s second half: a ``filled`` job sent (or queued) and its Result awaited; cancelled, the
+        slot is freed once the device is done with it, as for ``run``."""
+        kernel_seconds, batch_size = await self._submit(job, input_bytes, waiting)
         return self.result(job, kernel_seconds, batch_size)
 
     def _new_job(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None) -> _Job:
