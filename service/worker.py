@@ -338,8 +338,10 @@ class DeviceWorker:
         (``descriptor_key(op)``), for callers that keep it: the worker caches descriptors and their
         recorded command buffers by it. ``waiting`` is told +1 when the job has to wait in the queue
         and -1 when it leaves the queue (to the device, or dropped)."""
-        job = await self.filled(op, inputs, in_place, key)
-        return await self.run_filled(job, sum(a.nbytes for a in inputs), waiting)
+        job = self._new_job(op, inputs, in_place, key)  # filled and run_filled inline: two coroutine frames fewer a request
+        await self._fill(job, inputs)
+        kernel_seconds, batch_size = await self._submit(job, sum(a.nbytes for a in inputs), waiting)
+        return self.result(job, kernel_seconds, batch_size)
 
     async def filled(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None) -> _Job:
         """``run``'s first half: ``op``'s job, its slot taken (Busy when none is left) and ``inputs`` written
