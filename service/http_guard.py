@@ -122,8 +122,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._expect("body", self.body_timeout)
-        if len(self.connections) > self.max_connections and self.url.split(b"?")[0] not in PROBES:
-            self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
+        if self.url.split(b"?")[0] not in PROBES and self._over_bound():
             app, self.app = self.app, _busy
             try:
                 super().on_headers_complete()
@@ -131,6 +130,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self.app = app
         else:
             super().on_headers_complete()
+
+    def _over_bound(self) -> bool:
+        """Whether this process has more connections open than VKACT_MAX_CONNECTIONS (logged): the request is answered 503."""
+        if len(self.connections) <= self.max_connections:
+            return False
+        self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
+        return True
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app) -> None:  # type: ignore[override]
         self._mark(cycle)

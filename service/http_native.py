@@ -23,6 +23,7 @@ Selected by ``python -m service`` unless VKACT_HTTP_NATIVE=0 (http_guard's proto
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -90,15 +91,11 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         """One complete request, run as HttpToolsProtocol.on_headers_complete and on_message_complete run it,
         or on the direct path (service/http_direct.py)."""
         cycle: RequestResponseCycle | DirectCycle
-        if len(self.connections) <= self.max_connections:
-            direct = self.repeat.route(path, headers) if self.direct_app is not None else None  # None with X-Forwarded-*
-            if direct is not None:
-                app = self.direct_app
-            else:
-                app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
-        else:  # POST: never a liveness probe
+        if self._over_bound():  # POST: never a liveness probe
             app, direct = _busy, None
-            self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
+        else:
+            direct = self.repeat.route(path, headers) if self.direct_app is not None else None  # None with X-Forwarded-*
+            app = self.direct_app if direct is not None else self._app_for(headers)
         existing = self.cycle
         if direct is not None:
             self.cycle = cycle = DirectCycle(self, path, raw_path, headers, body, keep_alive, direct)
@@ -119,12 +116,11 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         reader = BodyReader(self, start, left)  # the connection's protocol until the body is in
         self._expect("body", self.body_timeout)
         route = None
-        if len(self.connections) <= self.max_connections:
-            route = self.repeat.route(path, headers)  # None with X-Forwarded-*: the proxy middleware's app then
-            app = self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
-        else:
+        if self._over_bound():
             app = _busy
-            self.logger.warning("%d connections open: answering 503 (VKACT_MAX_CONNECTIONS)", len(self.connections))
+        else:
+            route = self.repeat.route(path, headers)  # None with X-Forwarded-*: the proxy middleware's app then
+            app = self._app_for(headers)
         cycle = self._cycle(path, raw_path, headers, b"", keep_alive)
         cycle.more_body = True
         cycle.message_event.clear()  # set once LargeRequest has the body
@@ -134,6 +130,11 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
             self._start_asgi_task(cycle, large)
         else:  # pipelined behind an answer in progress (reading paused: the reader reads only when asked)
             self.pipeline.appendleft((cycle, large))
+
+    def _app_for(self, headers: list[tuple[bytes, bytes]]) -> Any:
+        """The app behind uvicorn's cycle for a request with ``headers``: uvicorn's proxy headers middleware
+        only where X-Forwarded-* headers are (it changes nothing in any other request)."""
+        return self.app if any(name.startswith(b"x-forwarded-") for name, _ in headers) else self.inner
 
     def _cycle(self, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, keep_alive: bool) -> RequestResponseCycle:
         """uvicorn's request cycle of a complete request, its whole body there (HttpToolsProtocol.on_message_complete)."""
