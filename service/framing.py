@@ -133,7 +133,17 @@ class Reader:
     def ready(self) -> list[tuple]:
         """Every whole message that one read completes ([] if it ends inside one); EOFError once the
         other end is closed."""
-        self._fill()
+        try:
+            data = os.read(self.fd, _READ)
+        except BlockingIOError:  # a non-blocking end woken with nothing to read
+            return []
+        if not data:
+            raise EOFError("the other end of the pipe is closed")
+        if not self._buffer and len(data) > _LENGTH.size and _LENGTH.size + _LENGTH.unpack_from(data)[0] == len(data):
+            compact = _BY_TAG.get(data[_LENGTH.size])  # one compact message alone (a lone job's "ok"): no buffer
+            if compact is not None:
+                return [(compact[0], *compact[1].unpack_from(data, _LENGTH.size + 1))]
+        self._buffer += data
         return list(iter(self._take, None))
 
     def has_message(self) -> bool:

@@ -74,6 +74,7 @@ class _TemplateIds:
         self._ids: OrderedDict[Template, int] = OrderedDict()
         self._free: list[int] = []
         self._limit = limit
+        self.version = 0  # changes whenever a number given out may come to name another template
 
     def number(self, template: Template) -> tuple[int, bool]:
         """The template's number, and whether it is new (the worker must be told the template first)."""
@@ -87,6 +88,7 @@ class _TemplateIds:
             tid = len(self._ids)
         else:
             tid = self._ids.popitem(last=False)[1]
+            self.version += 1
         self._ids[template] = tid
         return tid, True
 
@@ -94,6 +96,7 @@ class _TemplateIds:
         """Forget the templates of a slot that is gone (the worker forgets them with its mapping)."""
         for template in [t for t in self._ids if t[1] == path]:
             self._free.append(self._ids.pop(template))
+            self.version += 1
 
 
 class _Window:
@@ -151,7 +154,30 @@ class _Facts:
         self.concatenable = op.concatenable
 
 
-@dataclass
+class Repeatable:
+    """One request layout that a connection sends over and over (http_direct.Repeat keeps it), for
+    ``submit_repeat``: what ``run`` works out for every request (the descriptor's facts, where each
+    input goes in the slot, the output's place, the slot's size) worked out once; and the slot and
+    template number of its last job, taken again while they hold (the slot free and still the pool's,
+    the number still naming its template in this worker)."""
+
+    __slots__ = ("op", "key", "in_place", "copies", "inputs", "output", "slot_bytes", "input_bytes", "concatenable", "slot",
+                 "numbered")
+
+    def __init__(self, op: OperatorDesc, key: bytes, in_place: bool, spans: Sequence[tuple[int, int, int]], facts: _Facts) -> None:
+        self.op, self.key, self.in_place, self.concatenable = op, key, in_place, facts.concatenable
+        # spans: each input's (offset in the request's tensor bytes, its bytes there, its buffer's bytes: at
+        # least as many, the rest zero)
+        self.inputs, cursor = _lay_out([total for _, _, total in spans], 0)
+        self.copies = tuple((at, n, total, offset) for (at, n, total), (offset, _) in zip(spans, self.inputs))
+        self.output = self.inputs[0] if in_place else (cursor, facts.output_bytes)
+        self.slot_bytes = max(1, self.output[0] + self.output[1], cursor)
+        self.input_bytes = sum(total for _, _, total in spans)
+        self.slot: Slot | None = None
+        self.numbered: tuple[_TemplateIds, int, int] | None = None  # (numbering, its version, template number) for ``slot``
+
+
+@dataclass(slots=True)
 class _Job:
     id: int
     op: OperatorDesc | None     # None: a graph job (``graph``, ``outputs``)
@@ -361,15 +387,19 @@ class DeviceWorker:
     def _new_job(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None) -> _Job:
         """``op``'s job on ``inputs``, its slot taken (Busy when none is left), nothing written yet."""
         key = key or descriptor_key(op)
+        facts = self._facts_of(op, key)
+        offsets, cursor = _lay_out([a.nbytes for a in inputs], 0)
+        output = offsets[0] if in_place else (cursor, facts.output_bytes)
+        slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
+        return _Job(next(self._ids), op, slot, offsets, output, in_place, self._future(), key, concatenable=facts.concatenable)
+
+    def _facts_of(self, op: OperatorDesc, key: bytes) -> _Facts:
         facts = self._facts.get(key)
         if facts is None:
             facts = self._facts[key] = _Facts(op)
             if len(self._facts) > OPS_CACHED:
                 del self._facts[next(iter(self._facts))]
-        offsets, cursor = _lay_out([a.nbytes for a in inputs], 0)
-        output = offsets[0] if in_place else (cursor, facts.output_bytes)
-        slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
-        return _Job(next(self._ids), op, slot, offsets, output, in_place, self._future(), key, concatenable=facts.concatenable)
+        return facts
 
     def result(self, job: _Job, kernel_seconds: float, batch_size: int) -> Result:
         """The Result of ``job``, answered with what its future holds (kernel seconds, batch size)."""
@@ -378,26 +408,46 @@ class DeviceWorker:
 
     # -- the direct HTTP path's entry (dataplane.execution.start): no coroutine where nothing waits --
 
-    def submit_now(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None) -> _Job | None:
-        """``run``'s job handed to the worker process at once, where ``run`` would not wait on anything: the
-        worker idle (the job is not queued), every input bytes of at most LARGE (copied here, as ``_fill``
-        copies them). Its future gets what ``run`` awaits, (kernel seconds, batch size): pass them to
-        ``result``; cancelling the future drops the answer (the slot is freed when the worker is done
-        with it, as for a cancelled ``run``). None, and nothing done, where ``run`` must decide; Busy
-        when no slot is left. It raises only before the job is sent (its callers take an exception for
-        "nothing sent" and run the request again on ``run``): ``_send`` answers its own failures."""
-        if not self.idle or not all(isinstance(a, np.ndarray) and a.nbytes <= LARGE for a in inputs):
+    def repeatable(self, op: OperatorDesc, key: bytes, in_place: bool, spans: Sequence[tuple[int, int, int]]) -> Repeatable | None:
+        """The Repeatable of ``op`` on inputs laid out as ``spans`` (see Repeatable); None where an input is
+        larger than LARGE (its copy belongs in a thread: ``run``)."""
+        if any(total > LARGE for _, _, total in spans):
             return None
-        job = self._new_job(op, inputs, in_place, key)
-        array = job.slot.mapping.array
+        return Repeatable(op, key, in_place, spans, self._facts_of(op, key))
+
+    def submit_repeat(self, rep: Repeatable, tensors: memoryview) -> _Job | None:
+        """``run``'s job handed to the worker process at once, where ``run`` would not wait on anything (the
+        worker idle: the job is not queued), its inputs copied from ``tensors`` (a request's tensor bytes,
+        laid out as ``rep`` says) here. Its future gets what ``run`` awaits, (kernel seconds, batch size):
+        pass them to ``result``; cancelling the future drops the answer (the slot is freed when the worker
+        is done with it, as for a cancelled ``run``). None, and nothing done, where ``run`` must decide;
+        Busy when no slot is left. It raises only before the job is sent (its callers take an exception
+        for "nothing sent" and run the request again on ``run``): ``_send`` answers its own failures.
+        The direct HTTP path's entry (dataplane.execution.start): a sequential request's every step here
+        is on its latency, so ``rep`` keeps what is the same from request to request."""
+        if self._queue or self._window.free <= 0 or not self._ready.is_set():  # not idle
+            return None
+        slot = rep.slot
+        if slot is None or not self._pool.take(slot):
+            slot = rep.slot = self._pool.acquire(rep.slot_bytes)
+            rep.numbered = None
+        view = slot.mapping.view
         try:
-            for (offset, n), data in zip(job.inputs, inputs):
-                array[offset : offset + n] = data
+            for at, n, total, offset in rep.copies:
+                view[offset : offset + n] = tensors[at : at + n]
+                if n < total:
+                    view[offset + n : offset + total] = bytes(total - n)
         except BaseException:
-            job.release()
+            slot.busy = False
             raise
-        self._window.take()
-        self._send([job])
+        job = _Job(next(self._ids), rep.op, slot, rep.inputs, rep.output, rep.in_place, self._future(), rep.key, concatenable=rep.concatenable)
+        self._window.free -= 1  # idle: there was room
+        numbered, templates = rep.numbered, self._templates
+        if numbered is not None and numbered[0] is templates and numbered[1] == templates.version:
+            self._send_lone(job, numbered[2])
+        else:
+            tid = self._send([job])
+            rep.numbered = (templates, templates.version, tid) if tid is not None else None
         return job
 
     async def run_graph(self, plan: GraphPlan, inputs: Sequence[np.ndarray | Source], key: bytes | None = None) -> GraphResult:
@@ -488,9 +538,10 @@ class DeviceWorker:
             batch.append(self._queue.popleft())
         return batch
 
-    def _send(self, batch: list[_Job]) -> None:
+    def _send(self, batch: list[_Job], tid: int | None = None) -> int | None:
         """Hand ``batch`` (jobs of one descriptor, or a single job) to the worker process in one
-        message; the caller holds a place in the in-flight window for it."""
+        message; the caller holds a place in the in-flight window for it. ``tid``: a lone job's template
+        number, where the caller knows it (submit_repeat). Returns a lone job's template number."""
         started = time.perf_counter()
         for job in batch:
             job.started_at = started
@@ -507,15 +558,31 @@ class DeviceWorker:
                 writer.send("graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
             elif len(batch) == 1:
                 job = batch[0]
-                tid, definition = self._number(job)
+                definition = b""
+                if tid is None:
+                    tid, definition = self._number(job)
                 go = framing.encode_compact("go", job.id, tid)
                 writer.write(definition + go if definition else go)
+                return tid
             else:  # numbers too: a batch's jobs repeat the templates of the jobs before them
                 numbered = [self._number(j) for j in batch]
                 jobs = framing.encode_batch([(j.id, tid) for j, (tid, _) in zip(batch, numbered)])
                 writer.write(b"".join([definition for _, definition in numbered if definition]) + jobs)
         except OSError as exc:  # the worker is gone; _on_exit fails the jobs
             log.warning("sending %d job(s) failed: %s", len(batch), exc)
+        return None
+
+    def _send_lone(self, job: _Job, tid: int) -> None:
+        """``_send([job], tid)``, for a lone job whose template the worker knows (the direct path's)."""
+        job.started_at = time.perf_counter()
+        self._inflight[job.id] = job
+        self.dispatched += 1
+        self.batches += 1
+        self._inflight_batches += 1
+        try:
+            self._writer.write(framing.encode_compact("go", job.id, tid))  # type: ignore[union-attr]
+        except OSError as exc:  # the worker is gone; _on_exit fails the job
+            log.warning("sending a job failed: %s", exc)
 
     def _number(self, job: _Job) -> tuple[int, bytes]:
         """``job``'s template number, and the message that defines it for the worker when it is new."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import Timeout
 from ..operators import OperatorDesc
-from ..worker import LARGE, Result, Source
+from ..worker import LARGE, Repeatable, Result, Source
 from .metrics import ModelStats
 
 T = TypeVar("T")
@@ -91,16 +91,16 @@ def startable(state: Runtime) -> bool:
     return state.worker is not None and state.worker.idle
 
 
-def start(state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool, key: bytes | None,
-          answer: Callable[[Result | None, BaseException | None], None], loop: asyncio.AbstractEventLoop) -> bool:
-    """``execute`` without a coroutine, where nothing must wait: ``op`` handed to the device worker now
-    (``DeviceWorker.submit_now``: the worker idle, small inputs copied here) and ``answer(result, None)``
+def start(state: Runtime, rep: Repeatable, tensors: memoryview, answer: Callable[[Result | None, BaseException | None], None],
+          loop: asyncio.AbstractEventLoop) -> bool:
+    """``execute`` without a coroutine, where nothing must wait: ``rep``'s job on ``tensors`` handed to the
+    device worker now (``DeviceWorker.submit_repeat``: the worker idle, small inputs copied here) and ``answer(result, None)``
     called from ``loop`` with its Result, or ``answer(None, exc)`` with what ``execute`` would have
     raised (Timeout after the request timeout, the worker's errors); False, and nothing done, where the
     job cannot go at once: the caller awaits ``execute``. The client's departure is not watched, as
     ``watched`` does not watch a job that goes straight to an idle device; Busy (no slot) propagates.
-    Like ``submit_now`` it raises only before the job is sent: what follows the send cannot fail."""
-    job = state.worker.submit_now(op, buffers, in_place, key)  # type: ignore[union-attr]
+    Like ``submit_repeat`` it raises only before the job is sent: what follows the send cannot fail."""
+    job = state.worker.submit_repeat(rep, tensors)  # type: ignore[union-attr]
     if job is None:
         return False
     worker, deadlines, future = state.worker, state.deadlines, job.future
