@@ -196,6 +196,9 @@ class _Job:
     released: bool = False
     graph: bytes | None = None   # a graph job: its GraphPlan pickled
     outputs: tuple[tuple[int, int], ...] = ()
+    # the future's done callback that answers the job's request (dataplane.execution.start), called by
+    # the reply's own handler rather than one loop turn later
+    on_done: Callable[[asyncio.Future], None] | None = field(default=None, repr=False)
 
     @property
     def template(self) -> Template:
@@ -220,6 +223,7 @@ class DeviceWorker:
         self._ids = itertools.count()
         self._queue: deque[_Job] = deque()
         self._inflight: dict[int, _Job] = {}
+        self._answers: list[_Job] = []  # lone jobs done whose on_done _on_message calls after its pump
         self._inflight_batches = 0
         #: a model's own batch limit (load_model with a config, the server's: dataplane.batching), None
         #: where it has none; never above max_batch
@@ -609,6 +613,12 @@ class DeviceWorker:
         for msg in messages:
             self._handle(msg)
         self._pump()  # the answers gave room back (or the worker is ready): the next batches leave now
+        answers, self._answers = self._answers, []
+        for job in answers:  # after the pump: the queue's next batch is on the device while these are written
+            try:
+                job.on_done(job.future)  # type: ignore[misc]
+            except Exception:  # noqa: BLE001 - as the loop logs a done callback's error: the others still answered
+                log.exception("answering job %d failed", job.id)
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
@@ -657,10 +667,15 @@ class DeviceWorker:
         job = self._inflight.pop(job_id, None)
         if job is None:
             return
-        if job.future.done():  # the client left while the device worked
+        future = job.future
+        if future.done():  # the client left while the device worked
             job.release()
+        elif job.on_done is not None:  # answered by _on_message, after its pump, not from a loop turn later
+            future.remove_done_callback(job.on_done)
+            future.set_result((kernel_seconds, 1))
+            self._answers.append(job)
         else:
-            job.future.set_result((kernel_seconds, 1))
+            future.set_result((kernel_seconds, 1))
         if job.op is not None and self.on_execution is not None:  # not a graph's job: its data plane counts those
             loop = self._loop
             assert loop is not None

@@ -115,7 +115,8 @@ def start(state: Runtime, rep: Repeatable, tensors: memoryview, answer: Callable
         else:
             answer(worker.result(job, *future.result()), None)  # type: ignore[union-attr]
 
-    future.add_done_callback(done)
+    future.add_done_callback(done)  # what completes the future otherwise (a timeout, a lost worker, an error)
+    job.on_done = done  # the device's answer: DeviceWorker calls it at once
     return True
 
 
