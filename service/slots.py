@@ -93,8 +93,8 @@ class Mapping:
 
     def close(self) -> None:
         del self.array
-        self.view.release()
         try:
+            self.view.release()
             self.mm.close()
         except BufferError:  # a view still lives (a logged traceback's frame): unmapped when it dies
             pass
