@@ -141,7 +141,8 @@ def test_every_repeated_job_names_its_own_template_and_gets_its_own_bytes():
         reps = [worker.repeatable(op, descriptor_key(op), False, spans) for op, spans in layouts]
         reps += [worker.repeatable(op, descriptor_key(op), False, spans) for op, spans in layouts[:2]]  # other connections'
         others = [make_op("SHRINK", np.float32, (k,)) for k in range(1, 7)]
-        async def ran(op, x) -> bytes:  # through run, as the task path and the other front-ends
+
+        async def through_run(op, x) -> bytes:  # through run, as the task path and the other front-ends
             result = await worker.run(op, [x], False)
             try:
                 return bytes(result.output)
@@ -157,7 +158,7 @@ def test_every_repeated_job_names_its_own_template_and_gets_its_own_bytes():
 
         worker._send_lone = send_lone  # type: ignore[method-assign]
         answers: dict[int, list] = {}
-        expected: dict[int, bytes | None] = {}
+        expected: dict[int, bytes] = {}
         tasks = []
         try:
             for step in range(1000):
@@ -185,7 +186,7 @@ def test_every_repeated_job_names_its_own_template_and_gets_its_own_bytes():
                 elif action < 0.53:
                     op = rng.choice(others)
                     x = np.frombuffer(bytes(rng.getrandbits(8) for _ in range(op.output.total_bytes)), np.uint8)
-                    tasks.append((asyncio.ensure_future(ran(op, x)), x.tobytes()))
+                    tasks.append((asyncio.ensure_future(through_run(op, x)), x.tobytes()))
                 elif action < 0.88:
                     played.answer(rng.choice([1, None, None]))
                 elif action < 0.93:
@@ -203,7 +204,7 @@ def test_every_repeated_job_names_its_own_template_and_gets_its_own_bytes():
                 played.answer()
                 await asyncio.sleep(0.001)
             await until(lambda: all(answers[r] for r in expected) and all(t.done() for t, _ in tasks))
-            ran = [(t.result(), x) for t, x in tasks if not isinstance(t.exception(), Busy)]
+            ran = [(t.result(), x) for t, x in tasks if not isinstance(t.exception(), Busy)]  # Busy: no slot left for it
             outcomes = {r: answers[r] for r in expected}
             busy = [s for s in worker._pool.slots if s.busy]
             return played.wrong, outcomes, expected, ran, busy, counts
@@ -214,7 +215,7 @@ def test_every_repeated_job_names_its_own_template_and_gets_its_own_bytes():
     wrong, outcomes, expected, ran, busy, counts = asyncio.run(run())
     assert wrong == []  # no "go" named another template than its job's
     # the mix did what it is for: repeats under kept numbers among evictions, trims and restarts
-    assert len(outcomes) > 150 and counts["kept number"] > 30 and counts["trimmed"] and counts["restart"], counts
+    assert len(outcomes) > 150 and counts["kept number"] > 20 and counts["trimmed"] and counts["restart"], counts
     timeouts = 0
     for request, got in outcomes.items():
         assert len(got) == 1, request  # answered once
