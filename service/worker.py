@@ -542,10 +542,10 @@ class DeviceWorker:
             batch.append(self._queue.popleft())
         return batch
 
-    def _send(self, batch: list[_Job], tid: int | None = None) -> int | None:
+    def _send(self, batch: list[_Job]) -> int | None:
         """Hand ``batch`` (jobs of one descriptor, or a single job) to the worker process in one
-        message; the caller holds a place in the in-flight window for it. ``tid``: a lone job's template
-        number, where the caller knows it (submit_repeat). Returns a lone job's template number."""
+        message; the caller holds a place in the in-flight window for it. Returns a lone job's template
+        number (submit_repeat keeps it: ``_send_lone`` sends its next job under it)."""
         started = time.perf_counter()
         for job in batch:
             job.started_at = started
@@ -562,9 +562,7 @@ class DeviceWorker:
                 writer.send("graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
             elif len(batch) == 1:
                 job = batch[0]
-                definition = b""
-                if tid is None:
-                    tid, definition = self._number(job)
+                tid, definition = self._number(job)
                 go = framing.encode_compact("go", job.id, tid)
                 writer.write(definition + go if definition else go)
                 return tid
@@ -577,7 +575,7 @@ class DeviceWorker:
         return None
 
     def _send_lone(self, job: _Job, tid: int) -> None:
-        """``_send([job], tid)``, for a lone job whose template the worker knows (the direct path's)."""
+        """``_send([job])``, for a lone job whose template number ``tid`` the worker knows (the direct path's)."""
         job.started_at = time.perf_counter()
         self._inflight[job.id] = job
         self.dispatched += 1

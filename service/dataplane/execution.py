@@ -107,6 +107,7 @@ def start(state: Runtime, rep: Repeatable, tensors: memoryview, answer: Callable
     deadline = deadlines.add(future.cancel, loop)  # cancelled: the worker frees the slot when it is done with it
 
     def done(_: asyncio.Future) -> None:
+        job.on_done = None  # job -> done -> job: a cycle that would hold the request (its body, its connection) until a GC pass
         deadlines.done(deadline)
         if future.cancelled():
             answer(None, _timeout(state))
