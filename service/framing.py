@@ -19,7 +19,7 @@ import pickle
 import struct
 from typing import Any
 
-# What a lone job tells the worker besides its id (service.worker._TemplateIds):
+# What a lone job tells the worker besides its id (service.jobs.TemplateIds):
 # key (the pickled descriptor), slot path and size, inputs, output, in place
 Template = tuple[bytes, str, int, tuple[tuple[int, int], ...], tuple[int, int], bool]
 PROTOCOL = pickle.HIGHEST_PROTOCOL  # plain tuples: pickle, not multiprocessing's ForkingPickler

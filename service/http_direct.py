@@ -38,7 +38,8 @@ from .api.v2 import routes as v2
 from .api.v2.encoding import choose_encoding
 from .dataplane.execution import execute, record_success, start, startable
 from .limits import UNCHARGED_BYTES
-from .worker import DeviceWorker, Repeatable, Result
+from .jobs import Repeatable, Result
+from .worker import DeviceWorker
 
 if TYPE_CHECKING:
     from .api.runtime import Runtime

@@ -19,7 +19,7 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..inflight import Claim
 from ..operators import OperatorDesc
-from ..worker import LARGE, Result, Source, copy_into
+from ..jobs import copy_into, LARGE, Result, Source
 from ..dataplane.execution import execute, record_success
 from .chunked_body import Chunks
 from .runtime import runtime

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import Timeout
 from ..operators import OperatorDesc
-from ..worker import LARGE, Repeatable, Result, Source
+from ..jobs import LARGE, Repeatable, Result, Source
 from .metrics import ModelStats
 
 T = TypeVar("T")

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from client.codec import HEADER_LENGTH
 from service.api import create_app
 from service.api.hot_routes import route
-from service.worker import Repeatable, Result, _Facts
+from service.jobs import Facts, Repeatable, Result
 from tests.service.helpers import binary_request, request_body
 
 
@@ -34,7 +34,7 @@ class EchoWorker:
         return Result(memoryview(out), 0.0, 0.0, _Job())
 
     def repeatable(self, op, key, in_place, spans):
-        return Repeatable(op, key, in_place, spans, _Facts(op))
+        return Repeatable(op, key, in_place, spans, Facts(op))
 
     def submit_repeat(self, rep, tensors):
         return None  # every job through run (the direct HTTP path's task): see test_http_direct_now's FastEcho

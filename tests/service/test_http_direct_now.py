@@ -20,7 +20,8 @@ from service.errors import Busy as BusyError
 from service.errors import WorkerLost
 from service.http_direct import DirectCycle
 from service.operators import parse_operator
-from service.worker import DeviceWorker, Result
+from service.jobs import Result
+from service.worker import DeviceWorker
 from tests.helpers import assert_matches
 from tests.service.helpers import binary_request, request_body
 from tests.service.test_http_direct import V1, V2, V2_HEAD, Harness, answers, comparable, http, settle, x

@@ -22,7 +22,8 @@ from service.dataplane.deadlines import Deadlines
 from service.dataplane.execution import start
 from service.errors import Busy, Timeout
 from service.slots import Mapping
-from service.worker import DeviceWorker, _TemplateIds, descriptor_key
+from service.jobs import descriptor_key, TemplateIds
+from service.worker import DeviceWorker
 from tests.helpers import make_op
 
 SCRIBBLE = 0xAB  # what the played worker leaves in a job's input bytes once it has answered
@@ -55,7 +56,7 @@ class Played:
         worker._replies = _Fd(replies_r)  # type: ignore[assignment]
         loop.add_reader(replies_r, worker._on_message)
         worker.info = {"max_tensor_bytes": 1 << 30, "max_batch": 1}
-        worker._templates = _TemplateIds(templates)
+        worker._templates = TemplateIds(templates)
         worker._ready.set()
         self.templates: dict[int, tuple] = {}
         self.mappings: dict[str, Mapping] = {}
@@ -101,7 +102,7 @@ class Played:
         for mapping in self.mappings.values():
             mapping.close()
         self.mappings.clear()
-        self.worker._templates = _TemplateIds(self.worker._templates._limit)
+        self.worker._templates = TemplateIds(self.worker._templates._limit)
 
     def close(self) -> None:
         self.worker._loop.remove_reader(self.fds[2])  # type: ignore[union-attr]

@@ -27,7 +27,8 @@ from ...descriptors import FeatureLevel as Level
 from ...errors import DescriptorError, VkactError
 from ...operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
 from ...dataplane import descriptor_key, device_report, ready_device
-from ...worker import LARGE, DeviceWorker, Result
+from ...jobs import LARGE, Result
+from ...worker import DeviceWorker
 from .catalog import catalog
 from .graphs import GraphBody, execute_graph
 from ...dataplane.models import kernel_features

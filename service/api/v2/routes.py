@@ -34,7 +34,7 @@ from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs,
 from .encoding import choose_encoding, compress
 from .. import repository
 from ...dataplane.models import MODELS, find_model
-from ...worker import LARGE, Result
+from ...jobs import LARGE, Result
 from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
