@@ -19,7 +19,7 @@ import pickle
 import struct
 from typing import Any
 
-# What a lone job tells the worker besides its id (service.worker._TemplateIds):
+# What a lone job tells the worker besides its id (service.jobs.TemplateIds):
 # key (the pickled descriptor), slot path and size, inputs, output, in place
 Template = tuple[bytes, str, int, tuple[tuple[int, int], ...], tuple[int, int], bool]
 PROTOCOL = pickle.HIGHEST_PROTOCOL  # plain tuples: pickle, not multiprocessing's ForkingPickler
@@ -133,8 +133,8 @@ class Reader:
     def ready(self) -> list[tuple]:
         """Every whole message that one read completes ([] if it ends inside one); EOFError once the
         other end is closed."""
-        self._fill()
-        return list(iter(self._take, None))
+        msg = self._read()
+        return [msg] if msg is not None else list(iter(self._take, None))
 
     def has_message(self) -> bool:
         """A whole message is already read: ``next()`` returns it without a system call."""
@@ -144,18 +144,26 @@ class Reader:
     def next(self) -> tuple:
         msg = self._take()
         while msg is None:
-            self._fill()
-            msg = self._take()
+            msg = self._read()
+            if msg is None:
+                msg = self._take()
         return msg
 
-    def _fill(self) -> None:
+    def _read(self) -> tuple | None:
+        """One read. A lone compact message (a "go" or "ok": the bulk of them) that it brings whole with
+        nothing buffered is decoded at once and returned; anything else is buffered for ``_take``."""
         try:
             data = os.read(self.fd, _READ)
         except BlockingIOError:  # a non-blocking end (an event loop may make it so) woken with nothing to read
-            return
+            return None
         if not data:
             raise EOFError("the other end of the pipe is closed")
+        if not self._buffer and len(data) > _LENGTH.size and _LENGTH.size + _LENGTH.unpack_from(data)[0] == len(data):
+            compact = _BY_TAG.get(data[_LENGTH.size])
+            if compact is not None:
+                return (compact[0], *compact[1].unpack_from(data, _LENGTH.size + 1))
         self._buffer += data
+        return None
 
     def _take(self) -> tuple | None:
         buffer = self._buffer

@@ -44,7 +44,7 @@ from .http_direct import _Failed
 from .http_guard import _busy
 from .inflight import Claim
 from .limits import IN_FLIGHT, UNCHARGED_BYTES
-from .worker import LARGE, Result
+from .jobs import LARGE, Result
 
 if TYPE_CHECKING:
     from .api.hot_routes import VkactApp

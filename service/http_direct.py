@@ -38,7 +38,8 @@ from .api.v2 import routes as v2
 from .api.v2.encoding import choose_encoding
 from .dataplane.execution import execute, record_success, start, startable
 from .limits import UNCHARGED_BYTES
-from .worker import Result
+from .jobs import Repeatable, Result
+from .worker import DeviceWorker
 
 if TYPE_CHECKING:
     from .api.runtime import Runtime
@@ -92,7 +93,7 @@ class Repeat:
     header and a hash and look-up in the header cache (about 10 us a sequential request on the 2-core
     machine: bench/RESULTS.md). /v2's look-up is not kept: its answer also depends on the models loaded."""
 
-    __slots__ = ("path", "headers", "direct", "v1")
+    __slots__ = ("path", "headers", "direct", "v1", "rep")
 
     def __init__(self) -> None:
         self.path: str | None = None
@@ -100,6 +101,7 @@ class Repeat:
         self.direct: tuple[str | None, str | None, str] | None = None
         # (Inference-Header-Content-Length, body length, the JSON header, max_tensor_bytes, its parse)
         self.v1: tuple[str, int, bytes, int, v1.Parsed] | None = None
+        self.rep: tuple[object, DeviceWorker, Repeatable | None] | None = None  # (parse, worker, its Repeatable)
 
     def route(self, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str] | None:
         """``direct_route(path, headers)``, which depends on nothing else."""
@@ -107,20 +109,30 @@ class Repeat:
             self.path, self.headers, self.direct = path, list(headers), direct_route(path, headers)  # a copy: the cycle's may change
         return self.direct
 
-    def v1_look_up(self, state: Runtime, header_length: str, body: memoryview) -> tuple[v1.Parsed, memoryview] | None:
+    def v1_look_up(self, state: Runtime, header_length: str, body: bytes) -> tuple[v1.Parsed, memoryview] | None:
         """``v1.repeated(state, header_length, body)``. Kept: a parse that the header cache held for the same
         JSON header bytes, the same tail length and the same device limit (what its key holds), the device
         worker ready (ready_device) as then. The cache's own entry may go meanwhile: the parse is no less
         true for these bytes."""
         kept, worker = self.v1, state.worker
         if (kept is not None and worker is not None and worker.ready and worker.info is not None and kept[0] == header_length
-                and kept[1] == len(body) and kept[3] == worker.info["max_tensor_bytes"] and body[: len(kept[2])] == kept[2]):
-            return kept[4], body[len(kept[2]) :]
-        plan = v1.repeated(state, header_length, body)
+                and kept[1] == len(body) and kept[3] == worker.info["max_tensor_bytes"] and body.startswith(kept[2])):
+            return kept[4], memoryview(body)[len(kept[2]) :]
+        plan = v1.repeated(state, header_length, memoryview(body))
         if plan is not None and worker is not None and worker.info is not None:
-            raw = body[: len(body) - len(plan[1])].tobytes()
+            raw = body[: len(body) - len(plan[1])]
             self.v1 = (header_length, len(body), raw, worker.info["max_tensor_bytes"], plan[0])
         return plan
+
+    def repeatable(self, worker: DeviceWorker, parsed: v1.Parsed | v2._Parsed) -> Repeatable | None:
+        """``worker.repeatable`` of ``parsed``'s job (its layout, and the slot and template number of its
+        last job), kept while the connection repeats the request."""
+        kept = self.rep
+        if kept is not None and kept[0] is parsed and kept[1] is worker:
+            return kept[2]
+        rep = worker.repeatable(parsed.op, parsed.key, parsed.in_place, parsed.spans())
+        self.rep = (parsed, worker, rep)
+        return rep
 
 
 class DirectCycle:
@@ -158,13 +170,13 @@ class DirectCycle:
 
     def _look_up(self, state: Runtime) -> tuple[v1.Parsed | v2._Parsed, memoryview] | None:
         model, version, header_length = self.route
-        body = memoryview(self.body)
+        body = self.body
         # h1http's bodies are never charged to the budget of bytes in flight (read_body's rule); one over
         # a limit is the route's to refuse
         if len(body) > min(UNCHARGED_BYTES, state.settings.max_body_bytes, state.inflight.limit):
             return None
         if model is not None:
-            return v2.repeated(state, model, version, header_length, body)
+            return v2.repeated(state, model, version, header_length, memoryview(body))
         return self.proto.repeat.v1_look_up(state, header_length, body)
 
     # -- without a task: the job sent from data_received, the answer written from its reply's callback --
@@ -185,9 +197,11 @@ class DirectCycle:
         parsed, tail = plan
         self.app, self.parsed = app, parsed
         try:
-            buffers = parsed.buffers(tail)
-            self.input_bytes = sum(b.nbytes for b in buffers)
-            return start(state, parsed.op, buffers, parsed.in_place, parsed.key, self._answered, self.proto.loop)
+            rep = self.proto.repeat.repeatable(state.worker, parsed)  # type: ignore[arg-type]
+            if rep is None:
+                return False
+            self.input_bytes = rep.input_bytes
+            return start(state, rep, tail, self._answered, self.proto.loop)
         except Exception:  # noqa: BLE001 - nothing sent: the task path raises it again and answers it
             return False
 
@@ -271,7 +285,7 @@ def _headers(parsed: v1.Parsed | v2._Parsed, request_id: bytes | None) -> list[t
 
 def _frame(parsed: v1.Parsed | v2._Parsed, result: Result) -> bytes:
     """The answer's body: the cached JSON header, then the output copied from the slot (no view of it kept)."""
-    data = parsed.output(result)  # first: /v1's head is built with its first answer
+    data = parsed.output_view(result)  # first: /v1's head is built with its first answer
     return b"".join((parsed.head, data))  # type: ignore[arg-type]
 
 

@@ -33,7 +33,7 @@ MAX_HEADER_BYTES = 8192  # longer headers are parsed every time
 # -- the device worker -----------------------------------------------------------------------------
 BATCH_BYTES = 1 << 20  # inputs up to this size may be batched (larger ones gain nothing from it)
 IN_FLIGHT = 2          # jobs handed to the worker at once: one running, one ready to start
-TEMPLATES = 256        # job templates (see worker._TemplateIds) each side keeps
+TEMPLATES = 256        # job templates (see jobs.TemplateIds) each side keeps
 OPS_CACHED = 1024      # descriptors the worker keeps unpickled, by their bytes (their canonical keys)
 GRAPHS_CACHED = 64     # graph plans the worker keeps unpickled, by their bytes
 #: Keyed executions keep their plan and a recorded command buffer; this many, least recently used out.

@@ -89,10 +89,12 @@ class Mapping:
         finally:
             os.close(fd)
         self.array = np.frombuffer(self.mm, np.uint8)
+        self.view = memoryview(self.mm)  # a slice assignment to it is a memcpy: no numpy parsing of slices
 
     def close(self) -> None:
         del self.array
         try:
+            self.view.release()
             self.mm.close()
         except BufferError:  # a view still lives (a logged traceback's frame): unmapped when it dies
             pass
@@ -103,6 +105,7 @@ class Slot:
     mapping: Mapping
     busy: bool = False
     used: int = 0  # the pool's trim epoch when it was last taken (see SlotPool.trim)
+    gone: bool = False  # removed from its pool (unmapped): never to be taken again
 
 
 def process_start(pid: int) -> int | None:
@@ -214,6 +217,14 @@ class SlotPool:
         self._epoch += 1
         return len(idle)
 
+    def take(self, slot: Slot) -> bool:
+        """Take ``slot`` again (one that ``acquire`` gave before) if it is free and still this pool's."""
+        if slot.busy or slot.gone:
+            return False
+        slot.busy = True
+        slot.used = self._epoch
+        return True
+
     @property
     def in_use(self) -> int:
         return sum(s.busy for s in self.slots)
@@ -223,6 +234,7 @@ class SlotPool:
         self._destroy(slot)
 
     def _destroy(self, slot: Slot) -> None:
+        slot.gone = True
         os.unlink(slot.mapping.path)
         slot.mapping.close()
         self._on_forget(slot.mapping.path)

@@ -3,7 +3,7 @@
 kp holds the GIL for a whole ``eval`` and has no locks, so device work never runs in the HTTP process.
 The worker process (``service.worker_process``) owns the Engine; the HTTP side (``DeviceWorker``, used
 on the event loop) keeps a bounded queue, copies each request's tensors into a shared-memory slot
-(``service.slots``), sends a small job through a pipe (``service.framing``) and awaits the reply. A
+(``service.slots``), sends a small job (``service.jobs``) through a pipe (``service.framing``) and awaits the reply. A
 queued job whose client left or timed out is dropped before it reaches the device; when every slot is
 taken the service is busy (503). If the worker dies, its in-flight jobs fail and it is started again.
 """
@@ -15,11 +15,10 @@ import logging
 import multiprocessing as mp
 import pickle
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -27,159 +26,18 @@ from . import framing
 from .config import Settings
 from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor
 from .errors import DeviceFailure, VkactError, WorkerLost
-from .framing import Template
 from .graph_compiler import GraphPlan
+from .jobs import (LARGE, Facts, GraphResult, Job, Repeatable, Result, Source, TemplateIds, Window, copy_into, descriptor_key,
+                   lay_out)
 from .operators import OperatorDesc
-from .slots import SlotPool, Slot, align, write_in_thread
+from .slots import SlotPool
 from .worker_process import worker_main
 
 log = logging.getLogger("vkact.worker")
 from .limits import BATCH_BYTES
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
 from .limits import IN_FLIGHT
-from .limits import TEMPLATES
 from .limits import OPS_CACHED
-
-
-LARGE = 1 << 20  # copies above this size run in a thread (numpy releases the GIL) to keep the loop free
-
-
-async def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
-    if src.nbytes > LARGE:  # to the end, even when the request is cancelled meanwhile (see write_in_thread)
-        await write_in_thread(np.copyto, dst, src)
-    else:
-        dst[...] = src
-
-
-
-
-class Source(Protocol):
-    """An input whose bytes are written into the job's slot by the source itself (shared_memory.RegionInput)."""
-
-    nbytes: int
-
-    async def fill(self, dst: np.ndarray) -> None: ...
-
-
-class _TemplateIds:
-    """Numbers for job templates: what a lone job says to the worker besides its tensors' bytes (its
-    pickled descriptor, its slot, where its tensors lie in it). A serving client repeats requests of
-    one shape, and a slot goes back to the next request, so one template serves request after
-    request: the first job of a template sends it, numbered, and later ones send only the number
-    (a "go": see framing), which the worker answers by replaying what it did for the first one.
-    At most ``limit`` numbers; a new template takes a number given back (its slot was replaced) or
-    the least recently used one, and its definition replaces the old one in the worker."""
-
-    def __init__(self, limit: int = TEMPLATES) -> None:
-        self._ids: OrderedDict[Template, int] = OrderedDict()
-        self._free: list[int] = []
-        self._limit = limit
-
-    def number(self, template: Template) -> tuple[int, bool]:
-        """The template's number, and whether it is new (the worker must be told the template first)."""
-        tid = self._ids.get(template)
-        if tid is not None:
-            self._ids.move_to_end(template)
-            return tid, False
-        if self._free:
-            tid = self._free.pop()
-        elif len(self._ids) < self._limit:
-            tid = len(self._ids)
-        else:
-            tid = self._ids.popitem(last=False)[1]
-        self._ids[template] = tid
-        return tid, True
-
-    def drop_slot(self, path: str) -> None:
-        """Forget the templates of a slot that is gone (the worker forgets them with its mapping)."""
-        for template in [t for t in self._ids if t[1] == path]:
-            self._free.append(self._ids.pop(template))
-
-
-class _Window:
-    """Room for the messages handed to the worker and not answered yet (IN_FLIGHT at most). Nothing
-    waits on it: the queue is pumped (DeviceWorker._pump) where room may have opened."""
-
-    def __init__(self, size: int) -> None:
-        self.free = size
-
-    def take(self) -> None:
-        assert self.free > 0
-        self.free -= 1
-
-    def release(self) -> None:
-        self.free += 1
-
-
-@dataclass
-class Result:
-    output: memoryview          # the output buffer inside the slot; valid until release()
-    kernel_seconds: float       # of the dispatch, shared by the jobs of a batch
-    queue_seconds: float
-    _job: Any = field(repr=False)
-    batch_size: int = 1         # jobs that ran in the same dispatch
-
-    def release(self) -> None:
-        """Hand the slot back once the output has been read."""
-        self.output.release()
-        self._job.release()
-
-
-@dataclass
-class GraphResult:
-    outputs: list[memoryview]   # the graph outputs' buffers inside the slot, in index order; valid until release()
-    kernel_seconds: float       # of the command buffer (every dispatch of the plan)
-    queue_seconds: float
-    _job: Any = field(repr=False)
-
-    def release(self) -> None:
-        """Hand the slot back once the outputs have been read."""
-        for view in self.outputs:
-            view.release()
-        self._job.release()
-
-
-class _Facts:
-    """What every job of one descriptor needs from it, worked out once per canonical key (equal keys,
-    equal descriptors): the descriptor's properties are computed on each read (``concatenable``, the
-    batcher's question for every queued job, about 11 us)."""
-
-    __slots__ = ("output_bytes", "concatenable")
-
-    def __init__(self, op: OperatorDesc) -> None:
-        self.output_bytes = op.output.total_bytes
-        self.concatenable = op.concatenable
-
-
-@dataclass
-class _Job:
-    id: int
-    op: OperatorDesc | None     # None: a graph job (``graph``, ``outputs``)
-    slot: Slot
-    inputs: list[tuple[int, int]]
-    output: tuple[int, int]
-    in_place: bool
-    future: asyncio.Future = field(repr=False)
-    key: bytes = b""  # the pickled descriptor: what crosses to the worker, and its plan cache key
-    concatenable: bool = False  # op.concatenable (see _Facts)
-    batchable: bool = False  # may run in one dispatch with the jobs of the same key queued beside it
-    batch_limit: int = 1     # jobs in that dispatch at most (the model's, see DeviceWorker.batch_limit)
-    waiting: Callable[[int], None] | None = field(default=None, repr=False)  # told +1 queued, -1 out of the queue
-    queued_at: float = field(default_factory=time.perf_counter)
-    started_at: float = 0.0
-    released: bool = False
-    graph: bytes | None = None   # a graph job: its GraphPlan pickled
-    outputs: tuple[tuple[int, int], ...] = ()
-
-    @property
-    def template(self) -> Template:
-        """What the worker needs besides the job's id (see _TemplateIds)."""
-        return (self.key, self.slot.mapping.path, self.slot.mapping.size, tuple(self.inputs), self.output, self.in_place)
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.slot.busy = False
 
 
 class DeviceWorker:
@@ -192,19 +50,20 @@ class DeviceWorker:
         self.dispatched = 0                          # jobs handed to the worker process
         self.batches = 0                             # messages that carried them
         self._ids = itertools.count()
-        self._queue: deque[_Job] = deque()
-        self._inflight: dict[int, _Job] = {}
+        self._queue: deque[Job] = deque()
+        self._inflight: dict[int, Job] = {}
+        self._answers: list[Job] = []  # lone jobs done whose on_done _on_message calls after its pump
         self._inflight_batches = 0
         #: a model's own batch limit (load_model with a config, the server's: dataplane.batching), None
         #: where it has none; never above max_batch
         self.model_batch_limit: Callable[[type[OperatorDesc]], int | None] = lambda op: None
         #: told (operator type, jobs, kernel seconds) for each dispatch the device answers: an execution
         self.on_execution: Callable[[type[OperatorDesc], int, float], None] | None = None
-        self._window = _Window(IN_FLIGHT)
+        self._window = Window(IN_FLIGHT)
         self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget, settings.slot_bytes)
         self._trimmed_at = time.monotonic()
-        self._templates = _TemplateIds()
-        self._facts: dict[bytes, _Facts] = {}       # by canonical key, OPS_CACHED at most
+        self._templates = TemplateIds()
+        self._facts: dict[bytes, Facts] = {}       # by canonical key, OPS_CACHED at most
         self._proc: mp.process.BaseProcess | None = None
         self._jobs: Connection | None = None         # this side's ends of the two pipes (see start)
         self._replies: Connection | None = None
@@ -252,7 +111,7 @@ class DeviceWorker:
         jobs_in, self._jobs = ctx.Pipe(duplex=False)
         self._replies, replies_out = ctx.Pipe(duplex=False)
         self._reader = framing.Reader(self._replies.fileno())
-        self._templates = _TemplateIds()  # a new worker knows none
+        self._templates = TemplateIds()  # a new worker knows none
         cpu = choose_cpu(self.settings.pin_cpu, self.settings.workers)
         self._proc = ctx.Process(target=worker_main, args=(jobs_in, replies_out, self.settings.model_dump(), cpu, PROCESS_CPUS),
                                  name="vkact-device", daemon=True)
@@ -343,7 +202,7 @@ class DeviceWorker:
         kernel_seconds, batch_size = await self._submit(job, sum(a.nbytes for a in inputs), waiting)
         return self.result(job, kernel_seconds, batch_size)
 
-    async def filled(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None) -> _Job:
+    async def filled(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None) -> Job:
         """``run``'s first half: ``op``'s job, its slot taken (Busy when none is left) and ``inputs`` written
         into it (the slot given back if that fails), not sent. Hand it to ``run_filled``; a caller that
         does not must ``release()`` it. For inputs read from a client's socket at its pace
@@ -352,52 +211,76 @@ class DeviceWorker:
         await self._fill(job, inputs)
         return job
 
-    async def run_filled(self, job: _Job, input_bytes: int, waiting: Callable[[int], None] | None = None) -> Result:
+    async def run_filled(self, job: Job, input_bytes: int, waiting: Callable[[int], None] | None = None) -> Result:
         """``run``'s second half: a ``filled`` job sent (or queued) and its Result awaited; cancelled, the
         slot is freed once the device is done with it, as for ``run``."""
         kernel_seconds, batch_size = await self._submit(job, input_bytes, waiting)
         return self.result(job, kernel_seconds, batch_size)
 
-    def _new_job(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None) -> _Job:
+    def _new_job(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None) -> Job:
         """``op``'s job on ``inputs``, its slot taken (Busy when none is left), nothing written yet."""
         key = key or descriptor_key(op)
-        facts = self._facts.get(key)
-        if facts is None:
-            facts = self._facts[key] = _Facts(op)
-            if len(self._facts) > OPS_CACHED:
-                del self._facts[next(iter(self._facts))]
-        offsets, cursor = _lay_out([a.nbytes for a in inputs], 0)
+        facts = self._facts_of(op, key)
+        offsets, cursor = lay_out([a.nbytes for a in inputs], 0)
         output = offsets[0] if in_place else (cursor, facts.output_bytes)
         slot = self._pool.acquire(max(1, output[0] + output[1], cursor))
-        return _Job(next(self._ids), op, slot, offsets, output, in_place, self._future(), key, concatenable=facts.concatenable)
+        return Job(next(self._ids), op, slot, offsets, output, in_place, self._future(), key, concatenable=facts.concatenable)
 
-    def result(self, job: _Job, kernel_seconds: float, batch_size: int) -> Result:
+    def _facts_of(self, op: OperatorDesc, key: bytes) -> Facts:
+        facts = self._facts.get(key)
+        if facts is None:
+            facts = self._facts[key] = Facts(op)
+            if len(self._facts) > OPS_CACHED:
+                del self._facts[next(iter(self._facts))]
+        return facts
+
+    def result(self, job: Job, kernel_seconds: float, batch_size: int) -> Result:
         """The Result of ``job``, answered with what its future holds (kernel seconds, batch size)."""
         offset, n = job.output
         return Result(memoryview(job.slot.mapping.mm)[offset : offset + n], kernel_seconds, job.started_at - job.queued_at, job, batch_size)
 
     # -- the direct HTTP path's entry (dataplane.execution.start): no coroutine where nothing waits --
 
-    def submit_now(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None) -> _Job | None:
-        """``run``'s job handed to the worker process at once, where ``run`` would not wait on anything: the
-        worker idle (the job is not queued), every input bytes of at most LARGE (copied here, as ``_fill``
-        copies them). Its future gets what ``run`` awaits, (kernel seconds, batch size): pass them to
-        ``result``; cancelling the future drops the answer (the slot is freed when the worker is done
-        with it, as for a cancelled ``run``). None, and nothing done, where ``run`` must decide; Busy
-        when no slot is left. It raises only before the job is sent (its callers take an exception for
-        "nothing sent" and run the request again on ``run``): ``_send`` answers its own failures."""
-        if not self.idle or not all(isinstance(a, np.ndarray) and a.nbytes <= LARGE for a in inputs):
+    def repeatable(self, op: OperatorDesc, key: bytes, in_place: bool, spans: Sequence[tuple[int, int, int]]) -> Repeatable | None:
+        """The Repeatable of ``op`` on inputs laid out as ``spans`` (see Repeatable); None where an input is
+        larger than LARGE (its copy belongs in a thread: ``run``)."""
+        if any(total > LARGE for _, _, total in spans):
             return None
-        job = self._new_job(op, inputs, in_place, key)
-        array = job.slot.mapping.array
+        return Repeatable(op, key, in_place, spans, self._facts_of(op, key))
+
+    def submit_repeat(self, rep: Repeatable, tensors: memoryview) -> Job | None:
+        """``run``'s job handed to the worker process at once, where ``run`` would not wait on anything (the
+        worker idle: the job is not queued), its inputs copied from ``tensors`` (a request's tensor bytes,
+        laid out as ``rep`` says) here. Its future gets what ``run`` awaits, (kernel seconds, batch size):
+        pass them to ``result``; cancelling the future drops the answer (the slot is freed when the worker
+        is done with it, as for a cancelled ``run``). None, and nothing done, where ``run`` must decide;
+        Busy when no slot is left. It raises only before the job is sent (its callers take an exception
+        for "nothing sent" and run the request again on ``run``): ``_send`` answers its own failures.
+        The direct HTTP path's entry (dataplane.execution.start): a sequential request's every step here
+        is on its latency, so ``rep`` keeps what is the same from request to request."""
+        if self._queue or self._window.free <= 0 or not self._ready.is_set():  # not idle
+            return None
+        slot = rep.slot
+        if slot is None or not self._pool.take(slot):
+            slot = rep.slot = self._pool.acquire(rep.slot_bytes)
+            rep.numbered = None
+        view = slot.mapping.view
         try:
-            for (offset, n), data in zip(job.inputs, inputs):
-                array[offset : offset + n] = data
+            for at, n, total, offset in rep.copies:
+                view[offset : offset + n] = tensors[at : at + n]
+                if n < total:
+                    view[offset + n : offset + total] = bytes(total - n)
         except BaseException:
-            job.release()
+            slot.busy = False
             raise
-        self._window.take()
-        self._send([job])
+        job = Job(next(self._ids), rep.op, slot, rep.inputs, rep.output, rep.in_place, self._future(), rep.key, concatenable=rep.concatenable)
+        self._window.free -= 1  # idle: there was room
+        numbered, templates = rep.numbered, self._templates
+        if numbered is not None and numbered[0] is templates and numbered[1] == templates.version:
+            self._send_lone(job, numbered[2])
+        else:
+            tid = self._send([job])
+            rep.numbered = (templates, templates.version, tid) if tid is not None else None
         return job
 
     async def run_graph(self, plan: GraphPlan, inputs: Sequence[np.ndarray | Source], key: bytes | None = None) -> GraphResult:
@@ -406,17 +289,17 @@ class DeviceWorker:
         when the queue is full, the plan's errors as ``run`` does. ``key`` is ``pickle.dumps(plan)``
         for callers that keep it (the plan crosses to the worker as these bytes)."""
         sizes = [a.nbytes for a in inputs]
-        offsets, cursor = _lay_out(sizes, 0)
-        outputs, end = _lay_out([plan.graph.output_desc(j).total_bytes for j in range(plan.graph.OutputCount)], cursor)
+        offsets, cursor = lay_out(sizes, 0)
+        outputs, end = lay_out([plan.graph.output_desc(j).total_bytes for j in range(plan.graph.OutputCount)], cursor)
         slot = self._pool.acquire(max(1, end))
-        job = _Job(next(self._ids), None, slot, offsets, (0, 0), False, self._future(),
+        job = Job(next(self._ids), None, slot, offsets, (0, 0), False, self._future(),
                    graph=key or pickle.dumps(plan, framing.PROTOCOL), outputs=tuple(outputs))
         await self._fill(job, inputs)
         kernel_seconds, _ = await self._submit(job, sum(sizes), None)
         mm = memoryview(slot.mapping.mm)
         return GraphResult([mm[o : o + n] for o, n in outputs], kernel_seconds, job.started_at - job.queued_at, job)
 
-    async def _fill(self, job: _Job, inputs: Sequence[np.ndarray | Source]) -> None:
+    async def _fill(self, job: Job, inputs: Sequence[np.ndarray | Source]) -> None:
         array = job.slot.mapping.array
         try:
             for (offset, n), data in zip(job.inputs, inputs):
@@ -430,7 +313,7 @@ class DeviceWorker:
             job.release()
             raise
 
-    async def _submit(self, job: _Job, input_bytes: int, waiting: Callable[[int], None] | None) -> tuple[float, int]:
+    async def _submit(self, job: Job, input_bytes: int, waiting: Callable[[int], None] | None) -> tuple[float, int]:
         """Send ``job`` now (the device is idle) or queue it; its (kernel seconds, batch size)."""
         if self.idle:
             self._window.take()
@@ -471,11 +354,11 @@ class DeviceWorker:
                 if j.waiting is not None:
                     j.waiting(-1)
 
-    def _companions(self, job: _Job) -> list[_Job]:
+    def _companions(self, job: Job) -> list[Job]:
         """The jobs right behind ``job`` in the queue that run in its dispatch: the same descriptor,
         small, up to max_batch in all (dynamic batching: one submission and one message for many
         requests when they arrive faster than the device answers them one by one)."""
-        batch: list[_Job] = []
+        batch: list[Job] = []
         while job.batchable and self._queue and len(batch) + 1 < job.batch_limit:
             nxt = self._queue[0]
             if nxt.future.done():  # dropped, here as in _dispatch
@@ -488,9 +371,10 @@ class DeviceWorker:
             batch.append(self._queue.popleft())
         return batch
 
-    def _send(self, batch: list[_Job]) -> None:
+    def _send(self, batch: list[Job]) -> int | None:
         """Hand ``batch`` (jobs of one descriptor, or a single job) to the worker process in one
-        message; the caller holds a place in the in-flight window for it."""
+        message; the caller holds a place in the in-flight window for it. Returns a lone job's template
+        number (submit_repeat keeps it: ``_send_lone`` sends its next job under it)."""
         started = time.perf_counter()
         for job in batch:
             job.started_at = started
@@ -510,14 +394,28 @@ class DeviceWorker:
                 tid, definition = self._number(job)
                 go = framing.encode_compact("go", job.id, tid)
                 writer.write(definition + go if definition else go)
+                return tid
             else:  # numbers too: a batch's jobs repeat the templates of the jobs before them
                 numbered = [self._number(j) for j in batch]
                 jobs = framing.encode_batch([(j.id, tid) for j, (tid, _) in zip(batch, numbered)])
                 writer.write(b"".join([definition for _, definition in numbered if definition]) + jobs)
         except OSError as exc:  # the worker is gone; _on_exit fails the jobs
             log.warning("sending %d job(s) failed: %s", len(batch), exc)
+        return None
 
-    def _number(self, job: _Job) -> tuple[int, bytes]:
+    def _send_lone(self, job: Job, tid: int) -> None:
+        """``_send([job])``, for a lone job whose template number ``tid`` the worker knows (the direct path's)."""
+        job.started_at = time.perf_counter()
+        self._inflight[job.id] = job
+        self.dispatched += 1
+        self.batches += 1
+        self._inflight_batches += 1
+        try:
+            self._writer.write(framing.encode_compact("go", job.id, tid))  # type: ignore[union-attr]
+        except OSError as exc:  # the worker is gone; _on_exit fails the job
+            log.warning("sending a job failed: %s", exc)
+
+    def _number(self, job: Job) -> tuple[int, bytes]:
         """``job``'s template number, and the message that defines it for the worker when it is new."""
         template = job.template
         tid, new = self._templates.number(template)
@@ -539,9 +437,17 @@ class DeviceWorker:
         except (EOFError, OSError):
             asyncio.get_running_loop().remove_reader(self._replies.fileno())
             return
-        for msg in messages:
-            self._handle(msg)
-        self._pump()  # the answers gave room back (or the worker is ready): the next batches leave now
+        try:
+            for msg in messages:
+                self._handle(msg)
+            self._pump()  # the answers gave room back (or the worker is ready): the next batches leave now
+        finally:  # whatever raised above, the jobs done are answered (as their futures' callbacks would be)
+            answers, self._answers = self._answers, []
+            for job in answers:  # after the pump: the queue's next batch is on the device while these are written
+                try:
+                    job.on_done(job.future)  # type: ignore[misc]
+                except Exception:  # noqa: BLE001 - as the loop logs a done callback's error: the others still answered
+                    log.exception("answering job %d failed", job.id)
 
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
@@ -590,10 +496,15 @@ class DeviceWorker:
         job = self._inflight.pop(job_id, None)
         if job is None:
             return
-        if job.future.done():  # the client left while the device worked
+        future = job.future
+        if future.done():  # the client left while the device worked
             job.release()
+        elif job.on_done is not None:  # answered by _on_message, after its pump, not from a loop turn later
+            future.remove_done_callback(job.on_done)
+            future.set_result((kernel_seconds, 1))
+            self._answers.append(job)
         else:
-            job.future.set_result((kernel_seconds, 1))
+            future.set_result((kernel_seconds, 1))
         if job.op is not None and self.on_execution is not None:  # not a graph's job: its data plane counts those
             loop = self._loop
             assert loop is not None
@@ -633,22 +544,6 @@ class DeviceWorker:
         self.restarts += 1
         log.error("device worker exited with code %s; restarting (restart %d)", code, self.restarts)
         loop.call_later(min(0.1 * 2 ** min(self.restarts, 6), 5.0), self.start)
-
-
-def _lay_out(sizes: list[int], cursor: int) -> tuple[list[tuple[int, int]], int]:
-    """(offset, size) of buffers placed one after the other from ``cursor``, aligned; and the end."""
-    offsets = []
-    for n in sizes:
-        offsets.append((cursor, n))
-        cursor = align(cursor + n)
-    return offsets, cursor
-
-
-def descriptor_key(op: OperatorDesc) -> bytes:
-    """The canonical key of ``op``: its pickled bytes, what names it to the worker, its plan caches and the
-    batcher. Equal descriptors give equal keys (see service.descriptors.canonical); callers compute it once
-    per request and the header caches keep it."""
-    return pickle.dumps(op, framing.PROTOCOL)
 
 
 def _error(cls: str, message: str, fieldname: str | None) -> VkactError:

@@ -45,7 +45,7 @@ class _Engines:
     def __init__(self, main, small=None) -> None:
         self.main, self.small = main, small
         self._ops: OrderedDict[bytes, tuple[OperatorDesc, Any]] = OrderedDict()
-        self._templates: dict[int, Template] = {}                  # by number (see _TemplateIds)
+        self._templates: dict[int, Template] = {}                  # by number (see service.jobs.TemplateIds)
         self._replays: dict[int, Callable[[], float | None]] = {}  # what a template's first job did, to redo
         self._pairs: dict[int, tuple[list[np.ndarray], np.ndarray]] = {}  # a template's views, for batches
         self._plans: OrderedDict[bytes, Any] = OrderedDict()       # GraphPlans by their pickled bytes

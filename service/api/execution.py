@@ -19,7 +19,7 @@ from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH
 from ..errors import InvalidRequest, PayloadTooLarge
 from ..inflight import Claim
 from ..operators import OperatorDesc
-from ..worker import LARGE, Result, Source, copy_into
+from ..jobs import copy_into, LARGE, Result, Source
 from ..dataplane.execution import execute, record_success
 from .chunked_body import Chunks
 from .runtime import runtime
@@ -245,12 +245,7 @@ def write_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes | me
         raise RuntimeError("a response was already started")
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
-    head = [b"HTTP/1.1 200 OK\r\n"]
-    for name, value in (*cycle.default_headers, *headers):
-        head += (name, b": ", value, b"\r\n")
-    if not cycle.keep_alive:
-        head.append(b"connection: close\r\n")
-    head.append(b"\r\n")
+    head = [_head_bytes(cycle.default_headers, headers, cycle.keep_alive)]
     parts = body if isinstance(body, tuple) else (body,)
     transport = cycle.transport
     if held:  # flow paused while the transport holds any byte, resumed once it holds none
@@ -263,6 +258,28 @@ def write_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes | me
     cycle.response_complete = True
     cycle.message_event.set()
     return True
+
+
+_last_head: tuple[object, object, bool, bytes] = (None, None, True, b"")
+
+
+def _head_bytes(default_headers: list[tuple[bytes, bytes]], headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
+    """An answer's status line and headers. The last one is kept: a client repeating one request gets
+    the same header list (the route's cached frame headers) under the same server headers (uvicorn
+    makes a new list when its Date changes, once a second)."""
+    global _last_head
+    last = _last_head
+    if last[0] is default_headers and last[1] is headers and last[2] == keep_alive:
+        return last[3]
+    head = [b"HTTP/1.1 200 OK\r\n"]
+    for name, value in (*default_headers, *headers):
+        head += (name, b": ", value, b"\r\n")
+    if not keep_alive:
+        head.append(b"connection: close\r\n")
+    head.append(b"\r\n")
+    joined = b"".join(head)
+    _last_head = (default_headers, headers, keep_alive, joined)
+    return joined
 
 
 def end_response(cycle: Any) -> None:

@@ -17,7 +17,7 @@ device, whatever wire it came on. It knows nothing of HTTP, gRPC or JSON.
 
 The front-ends (service/api/v1, v2, grpc) translate their wire formats to and from it.
 """
-from ..worker import descriptor_key
+from ..jobs import descriptor_key
 from .readiness import NOT_READY, device_report, is_ready, ready_device
 
 __all__ = ["NOT_READY", "descriptor_key", "device_report", "is_ready", "ready_device"]

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import Timeout
 from ..operators import OperatorDesc
-from ..worker import LARGE, Result, Source
+from ..jobs import LARGE, Repeatable, Result, Source
 from .metrics import ModelStats
 
 T = TypeVar("T")
@@ -91,22 +91,23 @@ def startable(state: Runtime) -> bool:
     return state.worker is not None and state.worker.idle
 
 
-def start(state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray], in_place: bool, key: bytes | None,
-          answer: Callable[[Result | None, BaseException | None], None], loop: asyncio.AbstractEventLoop) -> bool:
-    """``execute`` without a coroutine, where nothing must wait: ``op`` handed to the device worker now
-    (``DeviceWorker.submit_now``: the worker idle, small inputs copied here) and ``answer(result, None)``
+def start(state: Runtime, rep: Repeatable, tensors: memoryview, answer: Callable[[Result | None, BaseException | None], None],
+          loop: asyncio.AbstractEventLoop) -> bool:
+    """``execute`` without a coroutine, where nothing must wait: ``rep``'s job on ``tensors`` handed to the
+    device worker now (``DeviceWorker.submit_repeat``: the worker idle, small inputs copied here) and ``answer(result, None)``
     called from ``loop`` with its Result, or ``answer(None, exc)`` with what ``execute`` would have
     raised (Timeout after the request timeout, the worker's errors); False, and nothing done, where the
     job cannot go at once: the caller awaits ``execute``. The client's departure is not watched, as
     ``watched`` does not watch a job that goes straight to an idle device; Busy (no slot) propagates.
-    Like ``submit_now`` it raises only before the job is sent: what follows the send cannot fail."""
-    job = state.worker.submit_now(op, buffers, in_place, key)  # type: ignore[union-attr]
+    Like ``submit_repeat`` it raises only before the job is sent: what follows the send cannot fail."""
+    job = state.worker.submit_repeat(rep, tensors)  # type: ignore[union-attr]
     if job is None:
         return False
     worker, deadlines, future = state.worker, state.deadlines, job.future
     deadline = deadlines.add(future.cancel, loop)  # cancelled: the worker frees the slot when it is done with it
 
     def done(_: asyncio.Future) -> None:
+        job.on_done = None  # job -> done -> job: a cycle that would hold the request (its body, its connection) until a GC pass
         deadlines.done(deadline)
         if future.cancelled():
             answer(None, _timeout(state))
@@ -115,7 +116,8 @@ def start(state: Runtime, op: OperatorDesc, buffers: Sequence[np.ndarray], in_pl
         else:
             answer(worker.result(job, *future.result()), None)  # type: ignore[union-attr]
 
-    future.add_done_callback(done)
+    future.add_done_callback(done)  # what completes the future otherwise (a timeout, a lost worker, an error)
+    job.on_done = done  # the device's answer: DeviceWorker calls it at once
     return True
 
 

@@ -40,7 +40,7 @@ from ..descriptors.graph import GraphDesc, parse_graph
 from ..descriptors.tensor import TensorDesc
 from ..errors import DescriptorError, InvalidRequest, PayloadTooLarge, UnsupportedOnDevice
 from ..graph_compiler import GraphCompiler, GraphPlan
-from ..worker import GraphResult, Source
+from ..jobs import GraphResult, Source
 from .execution import watched
 from .readiness import ready_device
 

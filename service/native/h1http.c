@@ -22,7 +22,12 @@
  * bytes. Anything else, a valid request or not, is the fallback's, so its answer (400, 413,
  * 100-continue, chunked...) stays as it was. After a request with Connection: close nothing more is read
  * (the connection closes after its answer). The buffer holds at most max_head + max_body bytes of a
- * partial request. */
+ * partial request.
+ *
+ * A client sends one request over and over: a whole request whose head is byte for byte the previous
+ * whole request's is not parsed again. Its event carries the previous event's path, raw_path and header
+ * pairs (immutable objects: a new list of the same tuples), as a parse of the same bytes would make them
+ * (and http_direct.Repeat then finds the same route by identity). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -41,6 +46,11 @@ typedef struct {
     size_t max_head, max_body, max_large;
     Py_ssize_t body_left;  /* of the last event's body, still on the socket (see body_left above) */
     int fallback, closed, state;
+    /* the last whole request taken: its head's bytes and what its event was made of */
+    char *prev_head;
+    size_t prev_len, prev_cap, prev_length;  /* head bytes; its Content-Length */
+    PyObject *prev_path, *prev_raw, *prev_pairs;  /* str, bytes, tuple of (name, value) */
+    int prev_keep_alive;
 } Session;
 
 enum { TAKEN, PARTIAL_HEAD, PARTIAL_BODY, NOT_OURS, FAILED };
@@ -92,6 +102,43 @@ static size_t head_end(Session *self) {
 
 typedef struct { const char *name, *value; size_t name_len, value_len; } Header;
 
+/* The event (path, raw_path, headers, body, keep_alive) of a request whose body is at p. */
+static PyObject *event_of(PyObject *path, PyObject *raw, PyObject *pairs, const char *p, size_t body, int keep_alive) {
+    Py_ssize_t n = PyTuple_GET_SIZE(pairs);
+    PyObject *list = PyList_New(n);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+        Py_INCREF(pair);
+        PyList_SET_ITEM(list, i, pair);
+    }
+    return Py_BuildValue("(OONy#O)", path, raw, list, p, (Py_ssize_t)body, keep_alive ? Py_True : Py_False);
+}
+
+/* Keep a whole request's head (buf's first `end` bytes) and its event's parts for the next one. */
+static int remember(Session *self, size_t end, PyObject *path, PyObject *raw, PyObject *pairs, size_t length, int keep_alive) {
+    if (end > self->prev_cap) {
+        char *grown = PyMem_Realloc(self->prev_head, end);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->prev_head = grown;
+        self->prev_cap = end;
+    }
+    memcpy(self->prev_head, self->buf, end);
+    self->prev_len = end;
+    self->prev_length = length;
+    self->prev_keep_alive = keep_alive;
+    Py_INCREF(path);
+    Py_INCREF(raw);
+    Py_INCREF(pairs);
+    Py_XSETREF(self->prev_path, path);
+    Py_XSETREF(self->prev_raw, raw);
+    Py_XSETREF(self->prev_pairs, pairs);
+    return 0;
+}
+
 /* The request at the start of buf: TAKEN (*event set, *size its bytes), partial, NOT_OURS or FAILED. */
 static int parse(Session *self, PyObject **event, size_t *size) {
     if (self->len == 0) return PARTIAL_HEAD;
@@ -100,6 +147,18 @@ static int parse(Session *self, PyObject **event, size_t *size) {
     if (end == BAD) return NOT_OURS;
     if (end == 0) return self->len >= self->max_head ? NOT_OURS : PARTIAL_HEAD;
     if (end > self->max_head) return NOT_OURS;
+    if (end == self->prev_len && memcmp(self->buf, self->prev_head, end) == 0) {  /* the previous request's head again */
+        size_t length = self->prev_length;
+        if (self->len - end < length) {
+            self->need = end + length;
+            return PARTIAL_BODY;
+        }
+        *event = event_of(self->prev_path, self->prev_raw, self->prev_pairs, self->buf + end, length, self->prev_keep_alive);
+        if (*event == NULL) return FAILED;
+        self->body_left = 0;
+        *size = end + length;
+        return TAKEN;
+    }
     const char *p = self->buf, *stop = self->buf + end - 2;  /* stop: the blank line's CRLF */
     if (end < 32 || memcmp(p, "POST /", 6) != 0) return NOT_OURS;  /* shorter: no Content-Length */
     const char *path = p + 5, *q = path;
@@ -145,8 +204,8 @@ static int parse(Session *self, PyObject **event, size_t *size) {
         self->need = end + length;
         return PARTIAL_BODY;
     }
-    PyObject *list = PyList_New((Py_ssize_t)count);
-    if (list == NULL) return FAILED;
+    PyObject *pairs = PyTuple_New((Py_ssize_t)count);
+    if (pairs == NULL) return FAILED;
     for (size_t i = 0; i < count; i++) {
         /* a new object, filled here: one made from the bytes may be a shared one (a 1-byte name's singleton) */
         PyObject *name = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)headers[i].name_len);
@@ -157,13 +216,19 @@ static int parse(Session *self, PyObject **event, size_t *size) {
         }
         PyObject *pair = name ? Py_BuildValue("(Ny#)", name, headers[i].value, (Py_ssize_t)headers[i].value_len) : NULL;
         if (pair == NULL) {
-            Py_DECREF(list);
+            Py_DECREF(pairs);
             return FAILED;
         }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
+        PyTuple_SET_ITEM(pairs, (Py_ssize_t)i, pair);
     }
-    *event = Py_BuildValue("(s#y#Ny#O)", path, (Py_ssize_t)path_len, path, (Py_ssize_t)path_len, list, p + end,
-                           (Py_ssize_t)body, keep_alive ? Py_True : Py_False);
+    PyObject *path_str = PyUnicode_FromStringAndSize(path, (Py_ssize_t)path_len);
+    PyObject *raw = PyBytes_FromStringAndSize(path, (Py_ssize_t)path_len);
+    *event = path_str && raw ? event_of(path_str, raw, pairs, p + end, body, keep_alive) : NULL;
+    /* a whole request's head is kept for the next one (a large one's body goes to the caller: not kept) */
+    if (*event != NULL && body == length && remember(self, end, path_str, raw, pairs, length, keep_alive) < 0) Py_CLEAR(*event);
+    Py_XDECREF(path_str);
+    Py_XDECREF(raw);
+    Py_DECREF(pairs);
     if (*event == NULL) return FAILED;
     self->body_left = (Py_ssize_t)(length - body);  /* the rest of a large body: the caller's to read */
     *size = end + body;
@@ -208,6 +273,10 @@ static int Session_init(Session *self, PyObject *args, PyObject *kwargs) {
 
 static void Session_dealloc(Session *self) {
     PyMem_Free(self->buf);
+    PyMem_Free(self->prev_head);
+    Py_XDECREF(self->prev_path);
+    Py_XDECREF(self->prev_raw);
+    Py_XDECREF(self->prev_pairs);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -59,7 +59,7 @@ def test_small_dispatches_run_on_the_inline_engine(engine):
     """On lavapipe the worker makes a second engine without llvmpipe's compute pool for one-workgroup
     dispatches; its answers are those of numpy, and larger dispatches stay on the main engine."""
     from service.engine import Engine
-    from service.worker import descriptor_key as pickled
+    from service.jobs import descriptor_key as pickled
     from service.worker_process import _Engines, _make_engine
 
     if engine.device.driver_name != "llvmpipe":

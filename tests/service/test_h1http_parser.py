@@ -205,3 +205,40 @@ def test_a_large_request_with_connection_close_ends_the_reading_and_one_over_max
     assert s.receive(over[:200]) == [] and s.fallback and s.rest() == over[:200]
     s = session()  # without max_large: a body over max_body is the fallback's, as before
     assert s.receive(request(body=b"e" * (MAX_BODY + 1))[:300]) == [] and s.fallback
+
+
+def test_a_repeated_head_gives_what_a_fresh_parse_gives():
+    """A request whose head repeats the previous whole request's byte for byte takes that request's path,
+    raw path and header pairs (the same objects) without a parse: its event must equal a fresh session's
+    parse of its bytes, across every split, with other requests (another head, Connection: close, a
+    different Content-Length, a large one) between the repeats."""
+    first = request(b"/v1/execute", b"a" * 100, b"Inference-Header-Content-Length: 4\r\n")
+    again = request(b"/v1/execute", b"b" * 100, b"Inference-Header-Content-Length: 4\r\n")  # same head, other body
+    other = request(b"/v1/execute", b"c" * 101, b"Inference-Header-Content-Length: 4\r\n")  # one length byte differs
+    close = request(b"/v1/execute", b"d" * 100, b"Inference-Header-Content-Length: 4\r\nConnection: close\r\n")
+    raw = first + again + again + other + first + again + close + again
+    fresh = [e for part in (first, again, again, other, first, again, close) for e in session().receive(part)]
+    assert [e[3] for e in fresh] == [b"a" * 100, b"b" * 100, b"b" * 100, b"c" * 101, b"a" * 100, b"b" * 100, b"d" * 100]
+    for cut in range(0, len(raw), 7):
+        s = session()
+        events = s.receive(raw[:cut]) + s.receive(raw[cut:])
+        assert events == fresh, cut  # nothing after Connection: close is read
+        assert [keep for *_, keep in events] == [True] * 6 + [False]
+        assert events[2][2] is not events[1][2] and events[2][2] == events[1][2]  # a new list: the caller may change it
+        if cut == 0:
+            assert events[2][0] is events[1][0] and events[2][2][0] is events[1][2][0]  # the previous pairs, kept
+
+
+def test_a_repeat_after_a_large_request_is_parsed_again():
+    """A large request (handed over at its head) is not kept: the next whole request's head is compared
+    with the last whole one's, and a head equal to the large one's is a large request again."""
+    s = h1http.Session(MAX_HEAD, 64, 1024)
+    small, large = request(body=b"s" * 10), request(body=b"L" * 500)
+    events = s.receive(small + large[:200])
+    assert [len(e[3]) for e in events] == [10, 500 - s.body_left] and s.body_left > 0
+    s2 = h1http.Session(MAX_HEAD, 64, 1024)
+    assert s2.receive(small + small) == session().receive(small) * 2
+    s3 = h1http.Session(MAX_HEAD, 64, 1024)
+    got = s3.receive(small + large[:200])
+    assert len(got) == 2 and s3.body_left == len(large) - 200 and got[1][3] == large[len(large) - 500 : 200]
+    assert s3.receive(small) == session().receive(small)  # the whole request after it, parsed against the small one's head

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from client.codec import HEADER_LENGTH
 from service.api import create_app
 from service.api.hot_routes import route
-from service.worker import Result
+from service.jobs import Facts, Repeatable, Result
 from tests.service.helpers import binary_request, request_body
 
 
@@ -33,8 +33,11 @@ class EchoWorker:
         out[: buffers[0].nbytes] = buffers[0]
         return Result(memoryview(out), 0.0, 0.0, _Job())
 
-    def submit_now(self, op, buffers, in_place, key=None):
-        return None  # every job through run (the direct HTTP path's task): see test_http_direct's FastEcho
+    def repeatable(self, op, key, in_place, spans):
+        return Repeatable(op, key, in_place, spans, Facts(op))
+
+    def submit_repeat(self, rep, tensors):
+        return None  # every job through run (the direct HTTP path's task): see test_http_direct_now's FastEcho
 
 
 def call(app, via_fastapi: bool, method: str, path: str, body: bytes = b"", headers: dict | None = None,

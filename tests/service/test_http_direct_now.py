@@ -1,4 +1,4 @@
-"""The direct path without a task (DirectCycle.start, dataplane.execution.start, DeviceWorker.submit_now):
+"""The direct path without a task (DirectCycle.start, dataplane.execution.start, DeviceWorker.submit_repeat):
 a repeated binary inference whose job can go to an idle worker at once is sent from data_received and
 answered from its reply's callback, with the task path's answers and bookkeeping: the same bytes over a
 real device worker, a timeout's 504 with its body, a lost worker's 503, a departed client, pipelining
@@ -20,7 +20,8 @@ from service.errors import Busy as BusyError
 from service.errors import WorkerLost
 from service.http_direct import DirectCycle
 from service.operators import parse_operator
-from service.worker import DeviceWorker, Result
+from service.jobs import Result
+from service.worker import DeviceWorker
 from tests.helpers import assert_matches
 from tests.service.helpers import binary_request, request_body
 from tests.service.test_http_direct import V1, V2, V2_HEAD, Harness, answers, comparable, http, settle, x
@@ -36,7 +37,7 @@ class _StubJob:
 
 
 class FastEcho(EchoWorker):
-    """EchoWorker whose jobs go at once (submit_now) and are answered when the test says (``reply``)."""
+    """EchoWorker whose jobs go at once (submit_repeat) and are answered when the test says (``reply``)."""
 
     def __init__(self) -> None:
         self.jobs: list[_StubJob] = []
@@ -46,9 +47,10 @@ class FastEcho(EchoWorker):
         self.runs += 1
         return await super().run(op, buffers, in_place, key, waiting)
 
-    def submit_now(self, op, buffers, in_place, key=None):
-        out = np.zeros(op.output.total_bytes, np.uint8)
-        out[: buffers[0].nbytes] = buffers[0]
+    def submit_repeat(self, rep, tensors):
+        out = np.zeros(rep.op.output.total_bytes, np.uint8)
+        at, n, _, _ = rep.copies[0]
+        out[:n] = np.frombuffer(tensors[at : at + n], np.uint8)
         job = _StubJob(out, asyncio.get_running_loop().create_future())
         self.jobs.append(job)
         return job
@@ -166,11 +168,11 @@ def test_requests_pipelined_behind_a_job_sent_at_once_are_answered_in_order():
 
 
 def test_a_busy_worker_leaves_the_request_to_its_task():
-    """Not idle: submit_now declines, and the request takes its task as before (queued, watched)."""
+    """Not idle: submit_repeat declines, and the request takes its task as before (queued, watched)."""
     class Busy(FastEcho):
         idle = False
 
-        def submit_now(self, op, buffers, in_place, key=None):
+        def submit_repeat(self, rep, tensors):
             return None
 
     async def run():
@@ -186,10 +188,10 @@ def test_a_busy_worker_leaves_the_request_to_its_task():
 
 @pytest.mark.parametrize("slot_freed", [False, True], ids=["still-full", "freed"])
 def test_no_slot_for_a_job_sent_at_once_is_left_to_the_task_and_counted_once(slot_freed):
-    """submit_now's Busy (no slot) comes before anything is sent: the request runs on its task, which
+    """submit_repeat's Busy (no slot) comes before anything is sent: the request runs on its task, which
     meets the queue as it is then: one 503 with its body, or the answer, each counted once."""
     class NoSlot(FastEcho):
-        def submit_now(self, op, buffers, in_place, key=None):
+        def submit_repeat(self, rep, tensors):
             raise BusyError("the device queue is full")
 
         async def run(self, op, buffers, in_place, key=None, waiting=None):
@@ -239,7 +241,7 @@ def test_over_a_real_worker_the_answers_are_the_task_paths_and_a_killed_worker_i
                 kinds[how] = []
                 for t in tensors:
                     body, headers = binary_request(request_body("SOFTSIGN", t), t.view(np.uint8))
-                    if how == "task":  # the worker seen busy: submit_now declines
+                    if how == "task":  # the worker seen busy: submit_repeat declines
                         worker._queue.append(None)  # type: ignore[arg-type]
                     try:
                         proto.data_received(http("/v1/execute", body, headers))

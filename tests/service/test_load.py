@@ -319,7 +319,7 @@ def test_queued_requests_of_one_descriptor_run_as_one_batch_and_each_gets_its_an
 def test_equal_descriptors_spelled_differently_share_one_key_and_batch_together():
     """RELU with and without DimensionCount (and TotalTensorSizeInBytes) are the same descriptor once
     validated: one canonical key, and queued side by side they run in one dispatch."""
-    from service.worker import descriptor_key
+    from service.jobs import descriptor_key
 
     rng = np.random.default_rng(12)
     plain = request_body("RELU", np.zeros(300, np.float32))

@@ -12,7 +12,8 @@ import pytest
 
 from service.config import Settings
 from service.operators import parse_operator
-from service.worker import DeviceWorker, _TemplateIds
+from service.jobs import TemplateIds
+from service.worker import DeviceWorker
 from tests.helpers import assert_matches
 from tests.service.helpers import request_body
 
@@ -32,7 +33,7 @@ def test_repeated_shapes_across_replaced_slots_and_a_restart(monkeypatch):
     ops = {n: parse_operator(request_body("SOFTSIGN", np.zeros(n, np.float32))) for n in set(sizes)}
     shrink = parse_operator(request_body("SHRINK", np.zeros(256, np.float32), Bias=0.25))
     seen = {"new": 0, "known": 0, "slots dropped": 0}
-    number, drop_slot = _TemplateIds.number, _TemplateIds.drop_slot
+    number, drop_slot = TemplateIds.number, TemplateIds.drop_slot
 
     def counted_number(self, template):
         tid, new = number(self, template)
@@ -43,8 +44,8 @@ def test_repeated_shapes_across_replaced_slots_and_a_restart(monkeypatch):
         seen["slots dropped"] += 1
         drop_slot(self, path)
 
-    monkeypatch.setattr(_TemplateIds, "number", counted_number)
-    monkeypatch.setattr(_TemplateIds, "drop_slot", counted_drop)
+    monkeypatch.setattr(TemplateIds, "number", counted_number)
+    monkeypatch.setattr(TemplateIds, "drop_slot", counted_drop)
 
     async def scenario() -> None:
         worker = DeviceWorker(Settings(pin_cpu="off", queue_size=1))  # in-process: never pin the test runner's thread

@@ -21,7 +21,8 @@ import pytest
 from service import shared_memory
 from service.config import Settings
 from service.operators import parse_operator
-from service.worker import LARGE, DeviceWorker
+from service.jobs import LARGE
+from service.worker import DeviceWorker
 from tests.helpers import assert_matches
 from tests.service.helpers import request_body
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from service import framing
 from service.slots import Mapping
-from service.worker import _TemplateIds
+from service.jobs import TemplateIds
 from service.worker_process import _Engines
 from tests.helpers import assert_matches, make_op
 
@@ -62,7 +62,7 @@ def test_a_failed_batch_answers_each_job_alone(engine, monkeypatch):
 
 
 def test_template_numbers_are_reused_within_their_limit():
-    ids = _TemplateIds(limit=2)
+    ids = TemplateIds(limit=2)
     a, b, c = (("k", f"/dev/shm/{n}", 64, ((0, 16),), (16, 16), False) for n in "abc")
     assert ids.number(a) == (0, True) and ids.number(a) == (0, False)
     assert ids.number(b) == (1, True)

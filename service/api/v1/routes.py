@@ -27,7 +27,8 @@ from ...descriptors import FeatureLevel as Level
 from ...errors import DescriptorError, VkactError
 from ...operators import OPERATORS, OperatorDesc, descriptor_error, parse_operator
 from ...dataplane import descriptor_key, device_report, ready_device
-from ...worker import LARGE, DeviceWorker, Result
+from ...jobs import LARGE, Result
+from ...worker import DeviceWorker
 from .catalog import catalog
 from .graphs import GraphBody, execute_graph
 from ...dataplane.models import kernel_features
@@ -82,13 +83,22 @@ class Parsed:
         assert self.binary is not None
         return [np.frombuffer(tail[o : o + n], np.uint8) for o, n in self.binary]
 
+    def spans(self) -> list[tuple[int, int, int]]:
+        """Where ``buffers`` cuts the tail: (offset, bytes, the buffer's bytes) of each input."""
+        assert self.binary is not None
+        return [(o, n, n) for o, n in self.binary]
+
     @property
     def in_place(self) -> bool:
         return self.req.InPlace
 
     def output(self, result: Result) -> np.ndarray:
         """A binary answer's output bytes in ``result``'s slot; its JSON header and HTTP headers built the first time."""
-        out = np.frombuffer(result.output, np.uint8)
+        return np.frombuffer(self.output_view(result), np.uint8)
+
+    def output_view(self, result: Result) -> memoryview:
+        """``output`` as a memoryview (no numpy: the direct HTTP path copies it into its answer)."""
+        out = result.output
         if self.head is None or self.frame_headers is None:
             self.head = dumps(_head(self.op, {"binary_data_size": out.nbytes}))
             self.frame_headers = frame_headers(len(self.head), len(self.head) + out.nbytes)

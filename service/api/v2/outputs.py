@@ -14,7 +14,7 @@ from client.codec import Encoding, encode_data
 from ...errors import InvalidRequest
 from ...operators import OperatorDesc
 from ...shared_memory import Region
-from ...worker import Result
+from ...jobs import Result
 from ..execution import binary_frame
 from ...limits import INLINE_BYTES
 from ..json_text import in_json_thread, dumps

@@ -34,7 +34,7 @@ from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs,
 from .encoding import choose_encoding, compress
 from .. import repository
 from ...dataplane.models import MODELS, find_model
-from ...worker import LARGE, Result
+from ...jobs import LARGE, Result
 from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
@@ -284,11 +284,19 @@ class _Parsed:
     def buffers(self, tail: memoryview) -> list[np.ndarray]:
         return [padded(tail[o : o + n], desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
 
+    def spans(self) -> list[tuple[int, int, int]]:
+        """Where ``buffers`` cuts the tail: (offset, bytes, the buffer's bytes, zero-padded) of each input."""
+        return [(o, n, desc.total_bytes) for (o, n), desc in zip(self.binary, self.op.inputs)]
+
     def output(self, result: Result) -> np.ndarray:
         """A repeated request's output bytes in ``result``'s slot; the response's HTTP headers with ``head``
         (which every frame of this header shares: one length) built the first time."""
+        return np.frombuffer(self.output_view(result), np.uint8)
+
+    def output_view(self, result: Result) -> memoryview:
+        """``output`` as a memoryview (no numpy: the direct HTTP path copies it into its answer)."""
         assert self.head is not None
-        data = np.frombuffer(result.output, np.uint8, output_bytes(self.op))
+        data = result.output[: output_bytes(self.op)]
         if self.frame_headers is None:
             length = len(self.head)
             self.frame_headers = [(b"vary", b"Accept-Encoding"), *frame_headers(length, length + data.nbytes)]
