@@ -255,10 +255,10 @@ class DeviceWorker:
         pass them to ``result``; cancelling the future drops the answer (the slot is freed when the worker
         is done with it, as for a cancelled ``run``). None, and nothing done, where ``run`` must decide;
         Busy when no slot is left. It raises only before the job is sent (its callers take an exception
-        for "nothing sent" and run the request again on ``run``): ``_send`` answers its own failures.
+        for "nothing sent" and run the request again on ``run``): ``_send_lone`` answers its own failures.
         The direct HTTP path's entry (dataplane.execution.start): a sequential request's every step here
         is on its latency, so ``rep`` keeps what is the same from request to request."""
-        if self._queue or self._window.free <= 0 or not self._ready.is_set():  # not idle
+        if not self.idle:
             return None
         slot = rep.slot
         if slot is None or not self._pool.take(slot):
@@ -274,13 +274,14 @@ class DeviceWorker:
             slot.busy = False
             raise
         job = Job(next(self._ids), rep.op, slot, rep.inputs, rep.output, rep.in_place, self._future(), rep.key, concatenable=rep.concatenable)
-        self._window.free -= 1  # idle: there was room
+        self._window.take()
         numbered, templates = rep.numbered, self._templates
         if numbered is not None and numbered[0] is templates and numbered[1] == templates.version:
-            self._send_lone(job, numbered[2])
+            tid, definition = numbered[2], b""
         else:
-            tid = self._send([job])
-            rep.numbered = (templates, templates.version, tid) if tid is not None else None
+            tid, definition = self._number(job)
+            rep.numbered = (templates, templates.version, tid)  # the version after numbering (it may evict)
+        self._send_lone(job, tid, definition)
         return job
 
     async def run_graph(self, plan: GraphPlan, inputs: Sequence[np.ndarray | Source], key: bytes | None = None) -> GraphResult:
@@ -371,10 +372,12 @@ class DeviceWorker:
             batch.append(self._queue.popleft())
         return batch
 
-    def _send(self, batch: list[Job]) -> int | None:
+    def _send(self, batch: list[Job]) -> None:
         """Hand ``batch`` (jobs of one descriptor, or a single job) to the worker process in one
-        message; the caller holds a place in the in-flight window for it. Returns a lone job's template
-        number (submit_repeat keeps it: ``_send_lone`` sends its next job under it)."""
+        message; the caller holds a place in the in-flight window for it."""
+        if len(batch) == 1 and batch[0].graph is None:
+            self._send_lone(batch[0], *self._number(batch[0]))
+            return
         started = time.perf_counter()
         for job in batch:
             job.started_at = started
@@ -389,29 +392,24 @@ class DeviceWorker:
                 job = batch[0]
                 mapping = job.slot.mapping
                 writer.send("graph", (job.id, job.graph, mapping.path, mapping.size, tuple(job.inputs), job.outputs))
-            elif len(batch) == 1:
-                job = batch[0]
-                tid, definition = self._number(job)
-                go = framing.encode_compact("go", job.id, tid)
-                writer.write(definition + go if definition else go)
-                return tid
             else:  # numbers too: a batch's jobs repeat the templates of the jobs before them
                 numbered = [self._number(j) for j in batch]
                 jobs = framing.encode_batch([(j.id, tid) for j, (tid, _) in zip(batch, numbered)])
                 writer.write(b"".join([definition for _, definition in numbered if definition]) + jobs)
         except OSError as exc:  # the worker is gone; _on_exit fails the jobs
             log.warning("sending %d job(s) failed: %s", len(batch), exc)
-        return None
 
-    def _send_lone(self, job: Job, tid: int) -> None:
-        """``_send([job])``, for a lone job whose template number ``tid`` the worker knows (the direct path's)."""
+    def _send_lone(self, job: Job, tid: int, definition: bytes) -> None:
+        """``_send([job])`` for a lone job of template number ``tid``, its ``definition`` first where the
+        worker does not know it yet (``_number``)."""
         job.started_at = time.perf_counter()
         self._inflight[job.id] = job
         self.dispatched += 1
         self.batches += 1
         self._inflight_batches += 1
         try:
-            self._writer.write(framing.encode_compact("go", job.id, tid))  # type: ignore[union-attr]
+            go = framing.encode_compact("go", job.id, tid)
+            self._writer.write(definition + go if definition else go)  # type: ignore[union-attr]
         except OSError as exc:  # the worker is gone; _on_exit fails the job
             log.warning("sending a job failed: %s", exc)
 
