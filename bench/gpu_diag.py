@@ -5,7 +5,8 @@ times), of one ``eval`` of ten dispatches recorded in one command buffer (per di
 and wake-up paid once), and the GPU's own time of one dispatch from timestamp queries (ticks; NVIDIA's
 timestampPeriod is 1 ns). Then the host side of ``Engine.execute``: numpy copies into and out of the mapped
 memory the engine uses (the staging buffer in device memory mode, the buffer itself in host mode), whose
-speed depends on the memory type the driver gives it (write-combined, cached). Prints markdown.
+speed depends on the memory type the driver gives it (write-combined, cached). Between them, whether the
+dispatch's time is the GPU's clocks (its GPU time in a burst of ten, before and after back-to-back evals). Prints markdown.
 """
 from __future__ import annotations
 
@@ -66,6 +67,42 @@ def dispatch_table(engine: Engine, log2s: list[int]) -> list[str]:
     return lines
 
 
+def _gpu_ms(seq, dispatches: int) -> list[float]:
+    """One eval of ``seq`` (``dispatches`` dispatches, a timestamp after each): each dispatch's GPU ms."""
+    seq.eval()
+    ticks = seq.get_timestamps()
+    return [(b - a) / 1e6 for a, b in zip(ticks[:dispatches], ticks[1:dispatches + 1])]
+
+
+def warm_table(engine: Engine, log2: int, seconds: float = 1.5) -> list[str]:
+    """Whether the per-dispatch time is the GPU's clocks: each dispatch's GPU time in a command buffer of ten
+    (the first against the rest), and one dispatch per eval before and after ``seconds`` of back-to-back evals."""
+    n = 1 << log2
+    prepared = engine.prepare(make_op("relu", n))
+    one = engine.sequence()
+    one.record(kp.OpAlgoDispatch(prepared.algorithm, prepared.push))
+    stamped = engine._mgr.sequence(0, 2)
+    stamped.record(kp.OpAlgoDispatch(prepared.algorithm, prepared.push))
+    ten = engine._mgr.sequence(0, 11)
+    for _ in range(10):
+        ten.record(kp.OpAlgoDispatch(prepared.algorithm, prepared.push))
+    lines = [f"2^{log2} RELU, GPU ms of each of ten dispatches in one command buffer: "
+             + ", ".join(f"{t:.4f}" for t in _gpu_ms(ten, 10))]
+    cold = (_median_ms(one.eval), statistics.median(_gpu_ms(stamped, 1)[0] for _ in range(REPEAT)))
+    end = time.perf_counter() + seconds
+    evals = 0
+    while time.perf_counter() < end:
+        one.eval()
+        evals += 1
+    warm = (_median_ms(one.eval), statistics.median(_gpu_ms(stamped, 1)[0] for _ in range(REPEAT)))
+    lines.append(f"one dispatch per eval, wall / GPU ms: {cold[0]:.4f} / {cold[1]:.4f} at first, "
+                 f"{warm[0]:.4f} / {warm[1]:.4f} after {evals} evals back to back in {seconds} s")
+    lines.append("GPU ms of each of ten dispatches, after that: " + ", ".join(f"{t:.4f}" for t in _gpu_ms(ten, 10)))
+    for line in lines:
+        print(line, flush=True)
+    return lines
+
+
 def host_copies(log2: int) -> list[str]:
     n = 1 << log2
     x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
@@ -91,8 +128,10 @@ def main() -> None:
     engine = Engine()
     print(f"## {engine.device.name}: dispatch diagnostics (memory {engine.memory}, local size {engine.local_size})\n")
     text = dispatch_table(engine, [16, 20, 24, 26, 28])
-    engine.close()
     print("\n".join(text))
+    print()
+    warm_table(engine, 26)
+    engine.close()
     print()
     print("\n".join(host_copies(26)))
 

@@ -26,4 +26,4 @@ git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -C "$DRY/re
 cp -r .gpu "$DRY/repo/.gpu"
 rm -rf "${OUT:=/tmp/gpuout}" && mkdir -p "$OUT"
 cd "$DRY/repo"
-OUT=$OUT PYTHON=$VENV/bin/python VKACT_GPU_LOG2=${VKACT_GPU_LOG2:-16} VKACT_GPU_JOBS=${VKACT_GPU_JOBS:-2} bash scripts/gpu-run.sh
+OUT=$OUT PYTHON=$VENV/bin/python VKACT_GPU_ANY_DEVICE=1 VKACT_GPU_LOG2=${VKACT_GPU_LOG2:-16} VKACT_GPU_JOBS=${VKACT_GPU_JOBS:-2} bash scripts/gpu-run.sh
