@@ -10,6 +10,7 @@
 #                  libnghttp2-14 (h2grpc links it), glslang-tools + spirv-tools (shaders compile at run time),
 #                  vulkan-validationlayers (the engine tests' oracle)
 #   .gpu/spirv/    every kernel variant's SPIR-V (python -m service.shaders), so the run compiles none
+#   .gpu/bin/      bench/native/vk_submit, built here (it links only the loader)
 # Needs: pyenv's python3.12 (PYTHON312), pip's index, apt's lists (its own, under /tmp), the build tools of make setup.
 # usage: scripts/gpu-bundle.sh        (re-running replaces .gpu/)
 set -euo pipefail
@@ -78,6 +79,13 @@ mkdir -p "$GPU/debs/gl"
 step "IREE modules and runtime"
 PY=$VPY bash scripts/iree-aot.sh "$GPU"
 mv "$GPU"/iree_base_runtime-*.whl "$GPU/wheels/"
+
+# --- bench/native/vk_submit: a submission and its wait timed call by call, in C ----------------------------
+step "vk_submit"
+mkdir -p "$GPU/bin"
+glslangValidator -V --target-env vulkan1.2 --vn vk_submit_spv -o "$GPU/bin/vk_submit_spv.h" bench/native/vk_submit.comp >/dev/null
+cc -O2 -Wall -Wextra -Werror -I"$GPU/bin" -o "$GPU/bin/vk_submit" bench/native/vk_submit.c -lvulkan
+rm "$GPU/bin/vk_submit_spv.h"
 
 # --- every kernel's SPIR-V --------------------------------------------------------------------------------
 step "SPIR-V"

@@ -2,26 +2,26 @@
 # The whole GPU check in one command, on a host with Python 3.12 (PyTorch, numpy, pytest, pytest-xdist,
 # hypothesis, httpx, grpcio, protobuf), no network and no Vulkan loader: the device tool's machine.
 # Run from the repo root with .gpu/ (scripts/gpu-bundle.sh) beside it; everything it writes goes to $OUT
-# (run.log, RESULTS.md, RESULTS-spin.md, and logs.tgz: every step's log, the junit files, the GPU's clocks sampled every
+# (run.log, RESULTS.md, and logs.tgz: every step's log, the junit files, the GPU's clocks sampled every
 # 200 ms through the benches).
+#   v. bench/native/vk_submit (.gpu/bin): one submission and its wait, call by call, in C without kp or Python
 #   g. python -m bench.gpu_diag: one dispatch's wall time against ten in a command buffer and the GPU's timestamps
-#   h. the same with KP_FENCE_SPIN_US=1000 (kp patch 9: the fence polled before the blocking wait)
+#   h. the same with KP_FENCE_SPIN_US=0 (the fence not polled before the blocking wait: kp patch 9, which the
+#      engine turns on for NVIDIA's driver, service/device_tuning.py)
 #   a. python -m bench --only gpu at 2^VKACT_GPU_LOG2 FLOAT32 elements (default 26): kernels against the copy
 #      shader and PyTorch CUDA; its section of bench/RESULTS.md
-#   s. the same with KP_FENCE_SPIN_US=1000, only where step h's one-dispatch wall time at 2^26 was under 0.8 of g's
-#      (RESULTS-spin.md)
 #   b. tests/engine, glsl, descriptors, conformance in device memory under the Khronos validation layer
 #   c. the same in host memory
-#   d. tests/service, no validation
 #   e. python -m bench --only graphs at 2^24 (issue 18's chains), IREE from the modules compiled ahead of time
 #      (.gpu/iree, scripts/iree-aot.sh), run with iree-base-runtime alone
 #   f. python -m bench.gpu_tuning: workgroup size x units per invocation, host against device memory
+#   d. tests/service, no validation
 # Each step under its own `timeout` (SIGINT first: pytest then prints its summary and writes its junit xml),
 # within VKACT_GPU_BUDGET_S seconds in all (default 450), in that order; a step with too little time left
 # is skipped and says so. The last lines are one summary line per step.
 # env: OUT (default /tmp/gpuout), PYTHON (default python3), VKACT_GPU_LOG2, VKACT_GPU_REPEAT (bench rounds,
 #      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S, VKACT_GPU_STEPS (default
-#      g,h,a,s,b,c,d,e,f: steps run in this order; a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
+#      v,g,h,a,b,c,e,f,d: steps run in this order; a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -38,7 +38,7 @@ REPEAT=${VKACT_GPU_REPEAT:-20}
 JOBS=${VKACT_GPU_JOBS:-8}
 BUDGET=${VKACT_GPU_BUDGET_S:-450}
 WIND_DOWN=15                  # seconds an interrupted step may take to stop (pytest's summary); then SIGKILL
-STEPS=${VKACT_GPU_STEPS:-g,h,a,s,b,c,d,e,f}
+STEPS=${VKACT_GPU_STEPS:-v,g,h,a,b,c,e,f,d}
 START=$SECONDS
 SITE=/tmp/vkact-site          # the bundle's wheels
 DEBROOT=/tmp/vkact-root       # the bundle's packages other than the loader (into / only the loader goes)
@@ -133,27 +133,20 @@ if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=timestamp,pstate,clocks.sm,clocks.mem,utilization.gpu,power.draw --format=csv -lms 200 >"$OUT/clocks.log" 2>&1 &
   CLOCKS_PID=$!
 fi
+run "v one submission, call by call" 30 submit.log .gpu/bin/vk_submit 300
 run "g dispatch diagnostics" 40 diag.log env PYTHONUNBUFFERED=1 "$PY" -m bench.gpu_diag
-run "h dispatch diagnostics, fence polled 1 ms first" 40 diag-spin.log env PYTHONUNBUFFERED=1 KP_FENCE_SPIN_US=1000 "$PY" -m bench.gpu_diag
+run "h dispatch diagnostics, the fence not polled" 40 diag-block.log env PYTHONUNBUFFERED=1 KP_FENCE_SPIN_US=0 "$PY" -m bench.gpu_diag
 run "a bench gpu 2^$LOG2" 100 bench.log env PYTHONUNBUFFERED=1 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
-# step s: the kernels bench again with the fence polled first, where polling made one dispatch at 2^26 faster
-wall26() { grep -E '^\| 2\^26 ' "$OUT/$1" 2>/dev/null | awk -F'|' '{gsub(/ /, "", $3); print $3}'; }
 if [[ -f bench/RESULTS.md ]]; then cp bench/RESULTS.md "$OUT/RESULTS.md"; fi
-plain=$(wall26 diag.log) spun=$(wall26 diag-spin.log)
-if [[ -n $plain && -n $spun ]] && awk -v a="$spun" -v b="$plain" 'BEGIN { exit !(a < 0.8 * b) }'; then
-  run "s bench gpu 2^$LOG2, fence polled 1 ms first" 100 bench-spin.log env PYTHONUNBUFFERED=1 KP_FENCE_SPIN_US=1000 "$PY" -m bench --only gpu --sizes "$LOG2" --repeat "$REPEAT"
-  cp bench/RESULTS.md "$OUT/RESULTS-spin.md"
-else
-  SUMMARY+=("s: not run (one dispatch at 2^26, wall ms: ${plain:-?} plain, ${spun:-?} with the fence polled)")
-fi
 [[ -n ${CLOCKS_PID:-} ]] && kill "$CLOCKS_PID" 2>/dev/null
 run "b engine, device memory, validation" 90 engine-device.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=device VKACT_MEMORY=device \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-device.xml" "${ENGINE_SUITE[@]}"
 run "c engine, host memory, validation" 70 engine-host.log env VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host VKACT_MEMORY=host \
   "${PYTEST[@]}" --junitxml="$OUT/junit.d/engine-host.xml" "${ENGINE_SUITE[@]}"
-run "d service" 300 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
 run "e bench graphs 2^24" 60 graphs.log env PYTHONUNBUFFERED=1 VKACT_IREE_AOT=.gpu/iree "$PY" -m bench --only graphs --sizes 24 --repeat 5
+if [[ -f bench/RESULTS.md ]]; then cp bench/RESULTS.md "$OUT/RESULTS.md"; fi
 run "f tuning sweep 2^$LOG2" 40 tuning.log env PYTHONUNBUFFERED=1 "$PY" -m bench.gpu_tuning --log2 "$LOG2" --repeat 10
+run "d service" 300 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
 # at most 8 files come back: every log but run.log travels in logs.tgz, with the junit files
 (cd "$OUT" && logs=$(ls *.log | grep -v '^run.log$') && tar -czf logs.tgz junit.d $logs && rm -rf junit.d $logs)
 
