@@ -35,6 +35,14 @@ LLVMPIPE_UNITS_PER_INVOCATION = 16
 # batching: bench/RESULTS.md): VKACT_MAX_BATCH overrides it.
 CPU_MAX_BATCH = 8
 GPU_MAX_BATCH = 32
+# Microseconds a finished submission's fence is polled before kp blocks in vkWaitForFences (kp patch 9,
+# KP_FENCE_SPIN_US: one value per process, read at its first wait). Measured on an NVIDIA H100 (driver
+# 580.159.04, Firecracker VM; bench/native/vk_submit.c, 300 submissions of a 2^16-word dispatch): the
+# blocking wait returned 45 us after the submission, polling 14 (an empty command buffer: 30 and 9), as
+# fast as PyTorch's launch and synchronize (15). The GIL is held through kp's eval either way, so the poll
+# costs the worker nothing but a core during the wait; 1 ms covers a dispatch of 2^27 elements there.
+# On llvmpipe a poll of 30 us made /v1 slower (0.808 against 0.770 ms): its queue thread needs the core.
+NVIDIA_FENCE_SPIN_US = 1000
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,7 @@ class Tuning:
     pin_cpu: bool                   # pin_cpu 'auto' pins the latency path (cpu_placement)
     nice_driver_threads: bool       # the driver's threads run at worker_nice
     max_batch: int                  # Settings.max_batch 0: queued jobs of one descriptor per dispatch
+    fence_spin_us: int              # KP_FENCE_SPIN_US where the environment does not set it (0: block at once)
 
 
 def tuning_for(device: PhysicalDevice) -> Tuning:
@@ -63,6 +72,7 @@ def tuning_for(device: PhysicalDevice) -> Tuning:
         pin_cpu=cpu,
         nice_driver_threads=cpu,
         max_batch=CPU_MAX_BATCH if cpu else GPU_MAX_BATCH,
+        fence_spin_us=NVIDIA_FENCE_SPIN_US if device.driver_name == "NVIDIA" else 0,
     )
 
 

@@ -197,6 +197,10 @@ class Engine:
         # SignedZeroInfNanPreserve where the device offers it (spirv_float_controls: a compiler may
         # otherwise assume no NaN or Inf); its extension must be enabled for a module to declare it.
         self.nan_preserving_widths = self.device.nan_preserving_widths if self.device.preserves_nan else ()
+        self.tuning: Tuning = tuning_for(self.device)
+        # kp reads KP_FENCE_SPIN_US once per process, at its first wait: the device's default goes in first
+        if self.tuning.fence_spin_us and "KP_FENCE_SPIN_US" not in os.environ:
+            os.environ["KP_FENCE_SPIN_US"] = str(self.tuning.fence_spin_us)
         self._mgr = kp.Manager(self.device.index, [], [FLOAT_CONTROLS_EXTENSION] if self.nan_preserving_widths else [])
         props = self._mgr.get_device_properties()
         self.max_workgroup_count = int(props["max_work_group_count"][0])
@@ -204,7 +208,6 @@ class Engine:
         # native 64-bit kernels use them unless Settings.native_64bit turns them off.
         self.features_enabled = frozenset(f for f in KERNEL_FEATURES if f in self.device.features)
         self.kernel_features = self.features_enabled if settings.native_64bit else frozenset()
-        self.tuning: Tuning = tuning_for(self.device)
         self.memory = settings.memory if settings.memory != "auto" else self.tuning.memory
         # Settings.local_size within the device's workgroup limits (kernels specialise on it).
         self.local_size = workgroup_size(settings.local_size, int(props["max_work_group_invocations"]), int(props["max_work_group_size"][0]))

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from service.device_tuning import (CPU_MAX_BATCH, GPU_MAX_BATCH, LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNITS_PER_INVOCATION,
-                                   LLVMPIPE_UNROLL, tuning_for, workgroup_size)
+                                   LLVMPIPE_UNROLL, NVIDIA_FENCE_SPIN_US, tuning_for, workgroup_size)
 from service.vulkan_probe import PhysicalDevice
 
 BASE = PhysicalDevice(index=0, name="", type="cpu", vendor_id=0, device_id=0, api_version="1.3.0", driver_name="",
@@ -25,6 +25,7 @@ def test_llvmpipe_takes_every_path_measured_on_it():
     assert t.loop_budget == LLVMPIPE_LOOP_BUDGET and t.reduction_unroll == LLVMPIPE_UNROLL
     assert t.small_dispatch_engine and t.pin_cpu and t.nice_driver_threads
     assert t.max_batch == CPU_MAX_BATCH == 8
+    assert t.fence_spin_us == 0  # its queue thread needs the core the poll would take
 
 
 def test_another_cpu_driver_gets_the_cpu_facts_but_none_of_llvmpipes_own():
@@ -42,6 +43,8 @@ def test_a_gpu_gets_the_gpu_defaults(device, memory):
     assert t.units_per_invocation == 1 and not t.cpu_workgroups and t.loop_budget is None and t.reduction_unroll == 1
     assert not (t.small_dispatch_engine or t.pin_cpu or t.nice_driver_threads)
     assert t.max_batch == GPU_MAX_BATCH > CPU_MAX_BATCH  # larger batches: a GPU's extra elements are nearly free
+    # the fence polled first only on the driver where polling was measured to answer sooner
+    assert t.fence_spin_us == (NVIDIA_FENCE_SPIN_US if device.driver_name == "NVIDIA" else 0)
 
 
 @pytest.mark.parametrize("wanted, invocations, size_x, expected", [
@@ -59,3 +62,28 @@ def test_the_engine_follows_the_tuning_of_its_device(engine):
     assert engine.tuning == t
     assert (engine.units_per_invocation, engine.reduction_unroll) == (t.units_per_invocation, t.reduction_unroll)
     assert engine.local_size <= engine._mgr.get_device_properties()["max_work_group_invocations"]
+
+
+def test_the_engine_sets_its_devices_fence_poll_unless_the_environment_does(monkeypatch):
+    """kp reads KP_FENCE_SPIN_US once per process: the engine puts its device's default there before its
+    first wait, and never overrides what an operator set."""
+    import service.engine as engine_module
+
+    for device, preset, expected in [(DISCRETE, None, str(NVIDIA_FENCE_SPIN_US)), (DISCRETE, "0", "0"), (LLVMPIPE, None, None)]:
+        monkeypatch.delenv("KP_FENCE_SPIN_US", raising=False)
+        if preset is not None:
+            monkeypatch.setenv("KP_FENCE_SPIN_US", preset)
+        monkeypatch.setattr(engine_module, "choose", lambda devices, wanted, device=device: device)
+        seen = {}
+
+        class Stop(Exception):
+            pass
+
+        def manager(*args, **kwargs):
+            seen["spin"] = engine_module.os.environ.get("KP_FENCE_SPIN_US")
+            raise Stop
+
+        monkeypatch.setattr(engine_module.kp, "Manager", manager)
+        with pytest.raises(Stop):
+            engine_module.Engine()
+        assert seen["spin"] == expected, (device.name, preset)

@@ -300,3 +300,15 @@ def test_trim_frees_what_was_not_used_since_the_last_trim(engine):
     engine.trim()
     engine.trim()
     assert engine._pool_bytes == 0 and not engine._algorithms and not engine._plans
+
+
+def test_every_eval_of_one_recorded_sequence_waits_for_its_own_dispatch(engine):
+    """kp patch 10 keeps one fence per sequence, reset after each wait (kp made and destroyed one per eval:
+    0.5 ms on an NVIDIA H100). Each eval must still wait for its own dispatch: a fence left signalled would
+    return at once and the read-back would hold the previous input's answer. Under the validation layer
+    a fence submitted while signalled is an error too."""
+    rng = np.random.default_rng(3)
+    op = make_op("SOFTSIGN", np.float32, (1 << 16,))
+    for _ in range(40):
+        x = rng.standard_normal(1 << 16).astype(np.float32) * np.float32(rng.uniform(0.1, 100))
+        assert_matches(run(engine, op, x), op.reference(x), 4)
