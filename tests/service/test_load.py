@@ -43,7 +43,10 @@ def test_200_concurrent_requests_from_16_threads(server):
 @pytest.mark.parametrize("kind, dtype", [("SCALED_TANH", np.float32), ("CELU", np.float16)])
 def test_concurrent_requests_of_one_descriptor_each_get_their_own_answer(server, kind, dtype):
     """Requests that share a descriptor and differ in data, 16 at a time: the device worker batches them
-    (one dispatch, inputs end to end), and every caller must still get the answer to its own tensor."""
+    (one dispatch, inputs end to end), and every caller must still get the answer to its own tensor.
+
+    The worker is stopped (SIGSTOP) until requests queue behind the first: a device fast enough to answer
+    each before the next arrives never batches (an H100 did not, once each eval stopped paying 0.5 ms)."""
     def request(i: int) -> None:
         x = (np.random.default_rng(i).standard_normal(512) * 3).astype(dtype)
         operator = request_body(kind, x)
@@ -52,9 +55,20 @@ def test_concurrent_requests_of_one_descriptor_each_get_their_own_answer(server,
         assert_matches(got, parse_operator(operator).reference(x), max_ulp(kind, dtype))
 
     model = f'{{model="{kind.lower()}",version="1"}}'
-    with server.client(limits=httpx.Limits(max_connections=16)) as client, ThreadPoolExecutor(16) as pool:
+    (worker,) = spawned_children(server.process.pid)
+    with server.client(limits=httpx.Limits(max_connections=16)) as client, server.client() as probe, ThreadPoolExecutor(16) as pool:
+        request(320)  # the worker ready and this descriptor's pipeline built before the worker is stopped
         before = _metric(client, f"nv_inference_count{model}"), _metric(client, f"nv_inference_exec_count{model}")
-        list(pool.map(request, range(320)))
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            answered = pool.map(request, range(320))
+            deadline = time.monotonic() + 60  # a bound on waiting, not on latency: the queue fills at once
+            # (on a connection of its own: the 16 of the pool are the stopped requests')
+            while _metric(probe, "vkact_queue_depth") < 8 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        list(answered)
         inferences = _metric(client, f"nv_inference_count{model}") - before[0]
         executions = _metric(client, f"nv_inference_exec_count{model}") - before[1]
     assert inferences == 320 and executions < 320, (inferences, executions)  # some ran batched
