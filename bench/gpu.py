@@ -1,7 +1,8 @@
 """``python -m bench --only gpu``: every operator's kernel on the device against the copy shader, the
 copy shader against PyTorch's device-to-device copy, and each kernel against PyTorch's CUDA implementation
 of the same operator (bench/torch_cuda_peer.py), in interleaved rounds (copy shader, kernel, torch copy,
-torch operator, ...): the ratios compare runs made side by side. Plus vkact's max ulp against its float64
+torch operator, ...; each API's first dispatch of a round untimed: it pays the GPU's switch between the Vulkan
+and the CUDA context): the ratios compare runs made side by side. Plus vkact's max ulp against its float64
 reference (and torch's), and ``Engine.execute`` end to end on one elementwise operator and one reduction.
 Without torch or CUDA the torch columns say why and the rest is measured (on lavapipe too)."""
 from __future__ import annotations
@@ -85,12 +86,16 @@ def measure(engine: Engine, names: list[str], log2: int, repeat: int, warmup: in
         out = engine.execute(op, [x]).view(np.float32)
         row_ulp = _ulp(name, row_len, x, out)
         peer = torch_cuda_peer.bind(torch, op, x) if torch is not None else None
-        tasks = [("copy", vk.copy(op)), ("kernel", vk.kernel(op))]
+        copy = vk.copy(op)
+        tasks = [("copy", copy), ("kernel", vk.kernel(op))]
         torch_ulp, torch_why = None, why
         if peer is not None:
             peer.run()
             torch_ulp, torch_why = _ulp(name, row_len, x, peer.output()), ""
-            tasks += [("torch_copy", torch_copy), ("torch", peer.run)]
+            # The GPU switches between the Vulkan and the CUDA context: the first dispatch after the other
+            # API's work pays it (on the H100, 2^26: the copy shader 0.36 ms after PyTorch's, 0.20 after
+            # vkact's own; PyTorch's copy likewise). An untimed dispatch of each API takes it first.
+            tasks = [("vulkan after cuda", copy), *tasks, ("cuda after vulkan", torch_copy), ("torch_copy", torch_copy), ("torch", peer.run)]
         elif torch is not None:
             torch_why = "no torch.nn.functional operator with DirectML's parameters"
         timed = rounds(tasks, warmup, repeat)
