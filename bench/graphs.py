@@ -152,7 +152,10 @@ def measure(engine: Engine, log2: int, repeat: int, warmup: int = 2) -> list[Gra
             assert apart <= close.size // 100_000, f"{name}: IREE and vkact disagree at {apart} of {close.size} elements"
             if apart:
                 print(f"graphs: {name}: IREE's answer differs from vkact's at {apart} of {close.size} elements", file=sys.stderr)
-            tasks.append(("iree", iree[0]))
+            # IREE runs its own Vulkan device: a GPU switches contexts between the two, and the first dispatch
+            # after the other's work pays it (on the H100 the fused plan, first in each round after IREE, read
+            # 0.7-1.6 ms where its nodes took 0.1). An untimed dispatch of each takes the switch first.
+            tasks = [("vkact after iree", tasks[0][1]), *tasks, ("iree after vkact", iree[0]), ("iree", iree[0])]
         kernels = rounds(tasks, warmup, repeat)
         e2e = blocks([("fused", lambda: engine.execute_graph(fused, [x])),
                       ("one by one", lambda: engine.execute_graph(unfused, [x]))], warmup, repeat)
