@@ -423,14 +423,23 @@ def service_section(device_name: str, header: list[tuple[str, str]], r: ServiceR
 
 
 def merge(existing: str, device_name: str, new_section: str, kind: str = "device") -> str:
-    """The preamble, the other sections as they were, and this (kind, device)'s new section: in its old
-    place if it had one, else next to the device's other section (kernels first), else last."""
-    sections = [(m["kind"], m["name"], m[0] + "\n") for m in _SECTION.finditer(existing)]
-    keys = [(k, n) for k, n, _ in sections]
-    if (kind, device_name) in keys:
-        sections[keys.index((kind, device_name))] = (kind, device_name, new_section)
-    else:
-        same = [i for i, (_, n) in enumerate(keys) if n == device_name]
-        at = len(sections) if not same else (same[0] if kind == "device" else same[-1] + 1)
-        sections.insert(at, (kind, device_name, new_section))
-    return PREAMBLE + "".join("\n" + text for _, _, text in sections)
+    """``existing`` with this (kind, device)'s new section: in its old place if it had one, else next to the
+    device's other sections (before them for the kernels; otherwise after them and the text written after
+    them, before the next device's), else last. Everything else
+    stays as it is, byte for byte: the preamble and the analyses written by hand between and after sections
+    (a run used to rebuild the file from PREAMBLE and the sections alone, and lost them). A new file starts
+    with PREAMBLE."""
+    section = new_section.rstrip("\n")
+    if not existing.strip():
+        return PREAMBLE + "\n" + section + "\n"
+    matches = list(_SECTION.finditer(existing))
+    for m in matches:
+        if (m["kind"], m["name"]) == (kind, device_name):
+            return existing[:m.start()] + section + existing[m.end():]
+    same = [m for m in matches if m["name"] == device_name]
+    if same and kind == "device":
+        return existing[:same[0].start()] + section + "\n\n" + existing[same[0].start():]
+    after = [m for m in matches if same and m.start() > same[-1].end()]
+    if after:  # past the device's last section and what was written after it, before the next device's
+        return existing[:after[0].start()] + section + "\n\n" + existing[after[0].start():]
+    return existing.rstrip("\n") + "\n\n" + section + "\n"

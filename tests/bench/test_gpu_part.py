@@ -50,3 +50,17 @@ def test_section_replaces_only_its_own(result: gpu.Result) -> None:
     again = report.merge(merged, "Dev A", text.replace("| relu |", "| relu again |"), "gpu")
     assert again.count("<!-- gpu: Dev A -->") == 1 and again.count("<!-- gpu: Dev B -->") == 1
     assert "| relu again |" in again and again.count("| relu |") == 1   # Dev B's row kept, Dev A's replaced
+
+
+def test_a_run_keeps_what_was_written_by_hand(result: gpu.Result) -> None:
+    """The preamble and the analyses between and after sections stay byte for byte; only the section goes."""
+    text = gpu.section("Dev A", [("Device", "Dev A")], [result])
+    other = gpu.section("Dev B", [("Device", "Dev B")], [result])
+    hand = "# results\n\nA preamble edited by hand.\n\n" + text + "\n### What Dev A's run found\n\nBy hand.\n\n" + other + "\nLast words.\n"
+    again = report.merge(hand, "Dev A", text.replace("| relu |", "| relu again |"), "gpu")
+    assert again == hand.replace(text.rstrip("\n"), text.replace("| relu |", "| relu again |").rstrip("\n"), 1)
+    added = report.merge(hand, "Dev A", text.replace("<!-- gpu: Dev A -->", "<!-- graphs: Dev A -->").replace("<!-- end gpu -->", "<!-- end graphs -->"), "graphs")
+    # after Dev A's section and what was written about it, before Dev B's
+    assert added.startswith(hand[:hand.index("<!-- gpu: Dev B -->")] + "<!-- graphs: Dev A -->")
+    assert added.endswith(hand[hand.index("<!-- gpu: Dev B -->"):])
+    assert report.merge("", "Dev A", text, "gpu").startswith(report.PREAMBLE)
