@@ -195,7 +195,7 @@ class _Slot:
 
 
 class Engine:
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, copier: Copier | None = None) -> None:
         self.settings = settings = settings or Settings()
         self.device: PhysicalDevice = choose(physical_devices(), settings.device)
         self._owner = threading.get_ident()
@@ -240,7 +240,9 @@ class Engine:
         self._batched: OrderedDict[tuple[Hashable, int], OperatorDesc] = OrderedDict()  # (key, jobs): descriptor end to end
         self._graph_runs: OrderedDict[str, GraphRun] = OrderedDict()   # by GraphProgram.key
         self.stats = EngineStats()
-        self._copier = Copier()  # its helper thread started here: this thread's CPUs and niceness (host_copy)
+        # large copies on two threads (host_copy): the caller's Copier (the device worker's, its helper made at
+        # the job thread's niceness), else one whose helper starts here, with this thread's CPUs and niceness
+        self._copier = copier or Copier()
 
     # -- set-up -------------------------------------------------------------------------------------
 

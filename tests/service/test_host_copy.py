@@ -111,3 +111,18 @@ def test_an_engines_large_replay_copies_through_its_copier(monkeypatch):
         assert copied == [4 * n, 4 * n]  # in, then out
     finally:
         engine.close()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_place_moves_the_helper_alone(copier):
+    """The device worker moves the helper off its pinned job thread's CPU (worker_process: place_copies)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    assert copier.place(frozenset({cpus[-1]}))
+    assert os.sched_getaffinity(copier._thread.native_id) == {cpus[-1]}
+    assert os.sched_getaffinity(0) == set(cpus)
+    assert not copier.place(frozenset({max(cpus) + 4096}))  # refused (no such CPU): stays where it was
+    assert os.sched_getaffinity(copier._thread.native_id) == {cpus[-1]}
+    src = np.arange(SPLIT_BYTES, dtype=np.uint16).view(np.uint8)
+    dst = np.zeros_like(src)
+    copier.copy(dst, src)
+    np.testing.assert_array_equal(dst, src)
