@@ -39,6 +39,7 @@ class Copier:
         self._next = 0           # the next chunk to take
         self._helper_busy = False
         self._closed = False
+        self._error: BaseException | None = None  # the helper's, for the caller to raise
         self.helper_chunks = 0   # chunks the helper has copied (for tests and benchmarks)
         self._thread = threading.Thread(target=self._serve, name="vkact-copy", daemon=True)
         self._thread.start()
@@ -49,17 +50,25 @@ class Copier:
         if n < SPLIT_BYTES or self._closed:
             np.copyto(dst, src)
             return
+        if src.nbytes != n:
+            raise ValueError(f"a copy of {src.nbytes} bytes into {n}")
         step = -(-n // CHUNKS)
         chunks = [(dst[i : i + step], src[i : i + step]) for i in range(0, n, step)]
         with self._lock:
             self._chunks, self._next = chunks, 0
             self._work.notify()
-        while (chunk := self._take()) is not None:
-            np.copyto(*chunk)
-        with self._lock:  # the helper's chunk, where it took one, must be in before dst is used
-            while self._helper_busy:
-                self._idle.wait()
-            self._chunks = []
+        try:
+            while (chunk := self._take()) is not None:
+                np.copyto(*chunk)
+        finally:  # even where a chunk failed: once this returns, nothing writes into dst any more
+            with self._lock:
+                self._next = len(self._chunks)  # no chunk handed out after this
+                while self._helper_busy:
+                    self._idle.wait()
+                self._chunks = []
+                error, self._error = self._error, None
+        if error is not None:  # the helper's chunk failed: the copy did not happen
+            raise error
 
     def _take(self) -> tuple[np.ndarray, np.ndarray] | None:
         with self._lock:
@@ -80,6 +89,8 @@ class Copier:
                 while (chunk := self._take()) is not None:
                     np.copyto(*chunk)
                     self.helper_chunks += 1
+            except BaseException as exc:  # noqa: BLE001 - raised by the caller's copy instead
+                self._error = exc
             finally:
                 with self._lock:
                     self._helper_busy = False

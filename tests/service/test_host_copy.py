@@ -126,3 +126,31 @@ def test_place_moves_the_helper_alone(copier):
     dst = np.zeros_like(src)
     copier.copy(dst, src)
     np.testing.assert_array_equal(dst, src)
+
+
+def test_a_failed_chunk_fails_the_copy_and_the_copier_goes_on(copier, monkeypatch):
+    """A chunk that fails, on either thread, fails the copy in the caller (never a copy half done in
+    silence), nothing is written once it has raised, and the next copy works."""
+    with pytest.raises(ValueError):
+        copier.copy(np.zeros(SPLIT_BYTES, np.uint8), np.zeros(SPLIT_BYTES + 1, np.uint8))
+    caller = threading.get_ident()
+    plain = np.copyto
+    failed = threading.Event()
+
+    def copyto(dst, src):
+        if threading.get_ident() != caller and not failed.is_set():
+            failed.set()
+            raise MemoryError("the helper's chunk")
+        if threading.get_ident() == caller:
+            assert failed.wait(30), "the helper never took a chunk"  # it takes (and fails) one first
+        plain(dst, src)
+
+    monkeypatch.setattr(host_copy.np, "copyto", copyto)
+    dst = np.zeros(SPLIT_BYTES, np.uint8)
+    with pytest.raises(MemoryError):
+        copier.copy(dst, np.ones(SPLIT_BYTES, np.uint8))
+    monkeypatch.setattr(host_copy.np, "copyto", plain)
+    src = np.arange(SPLIT_BYTES, dtype=np.uint32).view(np.uint8)[:SPLIT_BYTES]
+    dst = np.zeros_like(src)
+    copier.copy(dst, src)
+    np.testing.assert_array_equal(dst, src)
