@@ -40,6 +40,7 @@ from .operators.reduction import ReductionDesc
 from .device_tuning import Tuning, tuning_for, workgroup_size
 from .engine_graph import GraphRun
 from .graph_compiler import GraphPlan
+from .host_copy import SPLIT_BYTES, Copier
 from .shaders import ShaderCompiler, Variant, all_variants
 from .spirv_float_controls import preserve_nan
 from .vulkan_probe import FLOAT_CONTROLS_EXTENSION, PhysicalDevice, choose, physical_devices
@@ -119,6 +120,7 @@ class _Plan:
     prepared: Prepared
     dispatch: Callable[[], object]
     stats: EngineStats
+    copier: Copier              # the engine's: large copies on two threads
     inputs: list[np.ndarray]    # each input tensor's bytes
     result: np.ndarray          # the output's bytes from its first to one past its last element
     cleared: np.ndarray | None  # the whole output, zeroed before a strided kernel writes into it
@@ -127,11 +129,12 @@ class _Plan:
     def run(self, arrays: Sequence[np.ndarray], out: np.ndarray) -> float:
         """Inputs in, dispatch, output out (``arrays`` and ``out`` checked by the caller); returns the
         dispatch's seconds."""
+        copy = self.copier.copy
         for view, data in zip(self.inputs, arrays):
-            view[...] = data
+            copy(view, data)
         seconds = self._dispatch()
         span = self.result.nbytes  # in place, the output is the input buffer, whole
-        out[:span] = self.result
+        copy(out[:span], self.result)
         if span < out.nbytes:
             out[span:] = 0
         self._count(seconds, sum(map(len, arrays)), out.nbytes)
@@ -148,6 +151,8 @@ class _Plan:
         head, result = memoryview(out)[:span], memoryview(self.result)
         tail = out[span:] if span < out.nbytes else None
         bytes_in, bytes_out = sum(map(len, arrays)), out.nbytes
+        if max(span, *map(len, arrays)) >= SPLIT_BYTES:  # a large job: its copies on two threads (host_copy)
+            return partial(self.run, arrays, out)
 
         def run() -> float:
             for view, data in copies:
@@ -190,7 +195,7 @@ class _Slot:
 
 
 class Engine:
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, copier: Copier | None = None) -> None:
         self.settings = settings = settings or Settings()
         self.device: PhysicalDevice = choose(physical_devices(), settings.device)
         self._owner = threading.get_ident()
@@ -238,6 +243,9 @@ class Engine:
         self._batched: OrderedDict[tuple[Hashable, int], OperatorDesc] = OrderedDict()  # (key, jobs): descriptor end to end
         self._graph_runs: OrderedDict[str, GraphRun] = OrderedDict()   # by GraphProgram.key
         self.stats = EngineStats()
+        # large copies on two threads (host_copy): the caller's Copier (the device worker's, its helper made at
+        # the job thread's niceness), else one whose helper starts here, with this thread's CPUs and niceness
+        self._copier = copier or Copier()
 
     # -- set-up -------------------------------------------------------------------------------------
 
@@ -260,6 +268,7 @@ class Engine:
         self._slots.clear()
         self._seq = None
         self._mgr.destroy()
+        self._copier.close()
 
     # -- execution ----------------------------------------------------------------------------------
 
@@ -388,7 +397,7 @@ class Engine:
             dispatch = self._record(prepared.algorithm, prepared.push, uploads, output, self._mgr.sequence()).eval
         views, out_bytes = slot.views, op.output.total_bytes
         plan = _Plan(
-            prepared, dispatch, self.stats,
+            prepared, dispatch, self.stats, self._copier,
             inputs=[views[n][: desc.total_bytes] for n, desc in zip(names, op.inputs)],
             result=views[out_name][: out_bytes if in_place else op.output.span_bytes()],
             cleared=views["out"][:out_bytes] if prepared.clear else None,

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -25,6 +26,7 @@ from .cpu_placement import BACK_AFTER_S, PROCESS_CPUS, LoadPlacement, set_thread
 from .device_tuning import tuning_for
 from .errors import VkactError
 from .framing import Template
+from .host_copy import Copier
 from .operators import OperatorDesc
 from .slots import Mapping
 from .vulkan_probe import choose, physical_devices
@@ -283,7 +285,10 @@ def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int 
     set_thread_cpus(cpus)  # a worker restarted by a pinned event loop starts on that loop's CPU only
     tuning = tuning_for(choose(physical_devices(), config.device))  # before the driver starts threads
     nice = config.worker_nice if tuning.nice_driver_threads else 0
-    engine = _make_engine(Engine, config, cpus, nice)
+    # The large copies' helper thread, made here: at the job thread's niceness (a niced helper that took a
+    # chunk and then got no CPU held the job thread up: host_copy), shared by both engines (one job thread).
+    copier = Copier()
+    engine = _make_engine(partial(Engine, copier=copier), config, cpus, nice)
     device = engine.device
     if cpu is not None and config.pin_cpu == "auto" and not tuning.pin_cpu:
         cpu = None  # 'auto' pins on a CPU device only (measured there; a GPU's driver threads are its own)
@@ -292,9 +297,11 @@ def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int 
     small = None
     small_threads: set[int] = set()
     if tuning.small_dispatch_engine:
-        small = _make_engine(Engine, config, frozenset({cpu}) if cpu is not None else cpus, nice, inline=True, threads=small_threads)
+        small = _make_engine(partial(Engine, copier=copier), config, frozenset({cpu}) if cpu is not None else cpus, nice, inline=True,
+                             threads=small_threads)
     placement = None
     if cpu is not None and cpus - {cpu}:  # pinned: away from the event loop's CPU while requests queue up
+        copier.place(frozenset(cpus - {cpu}))  # the large copies' helper beside the job thread, never on its CPU
         placement = LoadPlacement(cpu, frozenset(cpus - {cpu}), frozenset({threading.get_native_id(), *small_threads}),
                                   frozenset(small_threads), nice)
     engines = _Engines(engine, small)
