@@ -3,6 +3,7 @@ driver the driver-independent CPU facts, a GPU the GPU defaults. Devices are des
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -64,11 +65,23 @@ def test_the_engine_follows_the_tuning_of_its_device(engine):
     assert engine.local_size <= engine._mgr.get_device_properties()["max_work_group_invocations"]
 
 
-def test_the_engine_sets_its_devices_fence_poll_unless_the_environment_does(monkeypatch):
+def test_the_engine_sets_its_devices_fence_poll_unless_the_environment_does():
     """kp reads KP_FENCE_SPIN_US once per process: the engine puts its device's default there before its
-    first wait, and never overrides what an operator set."""
+    first wait, and never overrides what an operator set. The test leaves the environment as it found it:
+    the engine writes os.environ itself, and a value left behind would reach every service this process
+    spawns later (its device workers polling each fence for up to 1 ms on lavapipe)."""
     import service.engine as engine_module
 
+    before = os.environ.get("KP_FENCE_SPIN_US")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        # recorded first, so that the undo ends on the value found here (a delenv of an unset variable
+        # records nothing: the value the engine set would then be restored by a later delenv's record)
+        monkeypatch.setenv("KP_FENCE_SPIN_US", "unset by the loop")
+        _fence_poll_cases(monkeypatch, engine_module)
+    assert os.environ.get("KP_FENCE_SPIN_US") == before
+
+
+def _fence_poll_cases(monkeypatch: pytest.MonkeyPatch, engine_module) -> None:
     for device, preset, expected in [(DISCRETE, None, str(NVIDIA_FENCE_SPIN_US)), (DISCRETE, "0", "0"), (LLVMPIPE, None, None)]:
         monkeypatch.delenv("KP_FENCE_SPIN_US", raising=False)
         if preset is not None:
