@@ -21,7 +21,7 @@ KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PYBIND11_VERSION=3.1.0
 # Bump when the patches below change: a new wheel cache directory and a reinstall in every venv
 # (the wheel cache is shared, keyed by this name alone).
-KP_PATCH_LEVEL=vkact6
+KP_PATCH_LEVEL=vkact7
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -235,7 +235,8 @@ patches = {
     #      Firecracker VM) vkCreateFence took 268 us and vkDestroyFence 238 (bench/native/vk_submit.c): 0.5 ms of
     #      each eval, where the dispatch of 2^16 elements takes 5 us on the GPU. One fence per sequence, made at
     #      its first eval, reset after each wait and destroyed with the sequence (a wait that timed out still
-    #      destroys it, as before: it may be pending).
+    #      destroys it, as before: it may be pending; so does a reset that failed: the fence is still signalled,
+    #      and the next eval's wait would return at once, before its dispatch).
     "src/Sequence.cpp#fence": [
         ("""    this->mFence = this->mDevice->createFence(vk::FenceCreateInfo());
 """,
@@ -248,12 +249,13 @@ patches = {
 
     this->mIsRunning = false;
 """,
-         """    if (result == vk::Result::eTimeout) {
+         """    if (result == vk::Result::eTimeout ||
+        this->mDevice->resetFences(1, &this->mFence) != vk::Result::eSuccess) {
+        // pending, or signalled still (a reset can fail out of memory): never
+        // submitted again; the next eval makes another
         this->mDevice->destroy(
           this->mFence, (vk::Optional<const vk::AllocationCallbacks>)nullptr);
         this->mFence = nullptr;
-    } else {
-        (void)this->mDevice->resetFences(1, &this->mFence);
     }
 
     this->mIsRunning = false;
