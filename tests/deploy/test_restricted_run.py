@@ -26,7 +26,7 @@ import pytest
 import tritonclient.grpc as tg
 
 from tests.deploy.test_manifests import DEPLOY, documents
-from tests.service.conftest import free_port
+from tests.service.conftest import ended, free_port
 
 IMAGE = os.environ.get("VKACT_IMAGE_CPU", "vkact:cpu")
 GPU_IMAGE = os.environ.get("VKACT_IMAGE_GPU", "vkact:gpu")
@@ -127,7 +127,15 @@ class Pod:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()   # --kill-child: the service goes with it
+            # unshare's --kill-child is a parent-death signal, which the kernel clears when the process drops its
+            # privileges (setpriv, in restricted_pod.sh): killing unshare alone left the service running, PID 1
+            # of its namespace. Killing that PID 1 ends every process of the namespace.
+            for pid in process_tree(self.proc.pid)[1:2]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.kill()
             self.proc.wait(timeout=30)
         subprocess.run(["podman", "image", "unmount", self.image], capture_output=True)
 
@@ -222,8 +230,9 @@ def test_the_gpu_image_without_a_gpu_says_so_in_one_line_and_exits(tmp_path):
 @needs_gpu_image
 def test_the_gpu_image_told_to_fall_back_serves_from_lavapipe(tmp_path):
     started = Pod(GPU_IMAGE, "gpu", tmp_path, VKACT_REQUIRE_GPU="0")
+    service = None
     try:
-        started.wait_ready()
+        service = started.wait_ready()
         x = np.linspace(-2, 2, 256, dtype=np.float32)
         body = {"inputs": [{"name": "InputTensor", "shape": [256], "datatype": "FP32", "data": x.tolist()}]}
         out = httpx.post(f"{started.url}/v2/models/relu/infer", json=body, timeout=60).json()["outputs"][0]["data"]
@@ -231,3 +240,8 @@ def test_the_gpu_image_told_to_fall_back_serves_from_lavapipe(tmp_path):
         assert "llvmpipe" in httpx.get(f"{started.url}/v1/device", timeout=10).text
     finally:
         started.stop()
+    # stopped means gone: a service left running outlived every test run (it dropped unshare's --kill-child)
+    deadline = time.monotonic() + 30   # a bound on waiting, not a latency
+    while service is not None and not ended(service) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert service is None or ended(service), f"the service ({service}) outlived its pod"
