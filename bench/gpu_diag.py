@@ -53,10 +53,7 @@ def dispatch_table(engine: Engine, log2s: list[int]) -> list[str]:
         try:
             stamped = engine._mgr.sequence(0, 1)
             stamped.record(kp.OpAlgoDispatch(prepared.algorithm, prepared.push))
-            for _ in range(REPEAT):
-                stamped.eval()
-                ticks = stamped.get_timestamps()
-                gpu.append((ticks[-1] - ticks[0]) / 1e6)
+            gpu = [_gpu_ms(stamped, 1)[0] for _ in range(REPEAT)]
         except Exception as exc:  # noqa: BLE001 - a device without timestamps: the column says so
             gpu = []
             print(f"timestamps: {exc}")
