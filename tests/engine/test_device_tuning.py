@@ -65,38 +65,33 @@ def test_the_engine_follows_the_tuning_of_its_device(engine):
     assert engine.local_size <= engine._mgr.get_device_properties()["max_work_group_invocations"]
 
 
-def test_the_engine_sets_its_devices_fence_poll_unless_the_environment_does():
+def test_the_engine_sets_its_devices_fence_poll_unless_the_environment_does(monkeypatch):
     """kp reads KP_FENCE_SPIN_US once per process: the engine puts its device's default there before its
-    first wait, and never overrides what an operator set. The test leaves the environment as it found it:
-    the engine writes os.environ itself, and a value left behind would reach every service this process
-    spawns later (its device workers polling each fence for up to 1 ms on lavapipe)."""
+    first wait, and never overrides what an operator set. The engine writes os.environ itself: each case
+    runs on a copy of it, so that no value is left behind (one left would reach every service this process
+    spawns later, its device workers polling each fence for up to 1 ms on lavapipe)."""
     import service.engine as engine_module
 
     before = os.environ.get("KP_FENCE_SPIN_US")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        # recorded first, so that the undo ends on the value found here (a delenv of an unset variable
-        # records nothing: the value the engine set would then be restored by a later delenv's record)
-        monkeypatch.setenv("KP_FENCE_SPIN_US", "unset by the loop")
-        _fence_poll_cases(monkeypatch, engine_module)
-    assert os.environ.get("KP_FENCE_SPIN_US") == before
 
+    class Stop(Exception):
+        pass
 
-def _fence_poll_cases(monkeypatch: pytest.MonkeyPatch, engine_module) -> None:
+    seen = {}
+
+    def manager(*args, **kwargs):
+        seen["spin"] = os.environ.get("KP_FENCE_SPIN_US")
+        raise Stop
+
+    monkeypatch.setattr(engine_module.kp, "Manager", manager)
     for device, preset, expected in [(DISCRETE, None, str(NVIDIA_FENCE_SPIN_US)), (DISCRETE, "0", "0"), (LLVMPIPE, None, None)]:
-        monkeypatch.delenv("KP_FENCE_SPIN_US", raising=False)
+        env = {k: v for k, v in os.environ.items() if k != "KP_FENCE_SPIN_US"}
         if preset is not None:
-            monkeypatch.setenv("KP_FENCE_SPIN_US", preset)
+            env["KP_FENCE_SPIN_US"] = preset
+        monkeypatch.setattr(os, "environ", env)
         monkeypatch.setattr(engine_module, "choose", lambda devices, wanted, device=device: device)
-        seen = {}
-
-        class Stop(Exception):
-            pass
-
-        def manager(*args, **kwargs):
-            seen["spin"] = engine_module.os.environ.get("KP_FENCE_SPIN_US")
-            raise Stop
-
-        monkeypatch.setattr(engine_module.kp, "Manager", manager)
         with pytest.raises(Stop):
             engine_module.Engine()
         assert seen["spin"] == expected, (device.name, preset)
+    monkeypatch.undo()
+    assert os.environ.get("KP_FENCE_SPIN_US") == before
