@@ -21,7 +21,7 @@ KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PYBIND11_VERSION=3.1.0
 # Bump when the patches below change: a new wheel cache directory and a reinstall in every venv
 # (the wheel cache is shared, keyed by this name alone).
-KP_PATCH_LEVEL=vkact7
+KP_PATCH_LEVEL=vkact8
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -271,6 +271,256 @@ patches = {
 
     if (this->mOperations.size()) {
         KP_LOG_INFO("Kompute Sequence clearing operations buffer");
+"""),
+    ],
+    # (11) Tensors on memory the process already has (VK_EXT_external_memory_host), for a CPU device to run
+    #      a kernel straight on the shared-memory slot a request's bytes were read into, where the engine
+    #      copied them into a buffer of its own and the answer back out (two 16 MiB copies, 4-5 ms of a
+    #      16 MiB request on llvmpipe). Tensor::importHost imports a page-aligned range as a host tensor's
+    #      memory; Tensor::view binds a buffer to part of an imported tensor's memory (the view holds the
+    #      tensor: its memory outlives the view). Neither maps memory of its own at destroy, nor frees the
+    #      memory it does not own.
+    "src/include/kompute/Tensor.hpp": [
+        ("""    static std::string toString(TensorDataTypes dt);
+    static std::string toString(TensorTypes dt);
+""",
+         """    static std::string toString(TensorDataTypes dt);
+    static std::string toString(TensorTypes dt);
+
+    // vkact (11): a host tensor (32-bit words) on `bytes` of host memory at `pointer` (imported: the
+    // caller keeps it mapped until the tensor is destroyed), and one on part of an imported tensor.
+    static std::shared_ptr<Tensor> importHost(
+      std::shared_ptr<vk::PhysicalDevice> physicalDevice,
+      std::shared_ptr<vk::Device> device,
+      void* pointer,
+      uint32_t bytes);
+    static std::shared_ptr<Tensor> view(std::shared_ptr<Tensor> parent,
+                                        uint32_t offset,
+                                        uint32_t bytes);
+"""),
+        ("""  private:
+    // -------------- NEVER OWNED RESOURCES
+    std::shared_ptr<vk::PhysicalDevice> mPhysicalDevice;
+    std::shared_ptr<vk::Device> mDevice;
+""",
+         """  private:
+    // -------------- NEVER OWNED RESOURCES
+    std::shared_ptr<vk::PhysicalDevice> mPhysicalDevice;
+    std::shared_ptr<vk::Device> mDevice;
+
+    // vkact (11): an imported tensor's memory type; a view's parent; memory this tensor never mapped
+    Tensor(std::shared_ptr<vk::PhysicalDevice> physicalDevice,
+           std::shared_ptr<vk::Device> device,
+           uint32_t bytes);
+    void createImportBuffer();
+    bool mImported = false;
+    uint32_t mMemoryTypeIndex = 0;
+    std::shared_ptr<Tensor> mParent;
+    bool mNotMapped = false;
+"""),
+    ],
+    "src/Tensor.cpp#import": [
+        ("""    // Unmap the current memory data
+    if (this->tensorType() != Tensor::TensorTypes::eStorage) {
+        this->unmapRawData();
+    }
+""",
+         """    // Unmap the current memory data (vkact: none where this tensor never mapped it, as a view)
+    if (this->tensorType() != Tensor::TensorTypes::eStorage &&
+        !this->mNotMapped) {
+        this->unmapRawData();
+    }
+    this->mParent = nullptr;
+"""),
+        ("""template<>
+Tensor::TensorDataTypes
+TensorT<bool>::dataType()
+""",
+         """Tensor::Tensor(std::shared_ptr<vk::PhysicalDevice> physicalDevice,
+               std::shared_ptr<vk::Device> device,
+               uint32_t bytes)
+{
+    this->mPhysicalDevice = physicalDevice;
+    this->mDevice = device;
+    this->mDataType = TensorDataTypes::eUnsignedInt;
+    this->mTensorType = TensorTypes::eHost;
+    this->mSize = bytes / sizeof(uint32_t);
+    this->mDataTypeMemorySize = sizeof(uint32_t);
+    this->mRawData = nullptr;
+    this->mNotMapped = true;
+}
+
+void
+Tensor::createImportBuffer()
+{
+    if (this->memorySize() == 0 || this->memorySize() % sizeof(uint32_t)) {
+        throw std::runtime_error(
+          "Kompute Tensor import: size must be a positive multiple of 4");
+    }
+    vk::ExternalMemoryBufferCreateInfo external(
+      vk::ExternalMemoryHandleTypeFlagBits::eHostAllocationEXT);
+    vk::BufferCreateInfo bufferInfo(vk::BufferCreateFlags(),
+                                    this->memorySize(),
+                                    this->getPrimaryBufferUsageFlags(),
+                                    vk::SharingMode::eExclusive,
+                                    0,
+                                    nullptr,
+                                    &external);
+    this->mPrimaryBuffer =
+      std::make_shared<vk::Buffer>(this->mDevice->createBuffer(bufferInfo));
+    this->mFreePrimaryBuffer = true;
+}
+
+std::shared_ptr<Tensor>
+Tensor::importHost(std::shared_ptr<vk::PhysicalDevice> physicalDevice,
+                   std::shared_ptr<vk::Device> device,
+                   void* pointer,
+                   uint32_t bytes)
+{
+    auto pointerProperties =
+      reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
+        device->getProcAddr("vkGetMemoryHostPointerPropertiesEXT"));
+    if (!pointerProperties) {
+        throw std::runtime_error("Kompute Tensor import: "
+                                 "VK_EXT_external_memory_host is not enabled");
+    }
+    std::shared_ptr<Tensor> tensor{ new Tensor(physicalDevice, device, bytes) };
+    tensor->createImportBuffer();
+    VkMemoryHostPointerPropertiesEXT hostProperties{};
+    hostProperties.sType =
+      VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT;
+    if (pointerProperties(
+          *device,
+          VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+          pointer,
+          &hostProperties) != VK_SUCCESS) {
+        throw std::runtime_error(
+          "Kompute Tensor import: the pointer cannot be imported");
+    }
+    const vk::MemoryRequirements requirements =
+      device->getBufferMemoryRequirements(*tensor->mPrimaryBuffer);
+    const vk::PhysicalDeviceMemoryProperties memoryProperties =
+      physicalDevice->getMemoryProperties();
+    const vk::MemoryPropertyFlags wanted =
+      vk::MemoryPropertyFlagBits::eHostVisible |
+      vk::MemoryPropertyFlagBits::eHostCoherent;
+    const uint32_t types =
+      requirements.memoryTypeBits & hostProperties.memoryTypeBits;
+    uint32_t index = memoryProperties.memoryTypeCount;
+    for (uint32_t i = 0; i < memoryProperties.memoryTypeCount; i++) {
+        if ((types & (1u << i)) &&
+            (memoryProperties.memoryTypes[i].propertyFlags & wanted) ==
+              wanted) {
+            index = i;
+            break;
+        }
+    }
+    if (index == memoryProperties.memoryTypeCount ||
+        requirements.size > bytes) {
+        throw std::runtime_error("Kompute Tensor import: no host-coherent "
+                                 "memory type takes the pointer");
+    }
+    vk::ImportMemoryHostPointerInfoEXT importInfo(
+      vk::ExternalMemoryHandleTypeFlagBits::eHostAllocationEXT, pointer);
+    vk::MemoryAllocateInfo allocateInfo(bytes, index, &importInfo);
+    tensor->mPrimaryMemory =
+      std::make_shared<vk::DeviceMemory>(device->allocateMemory(allocateInfo));
+    tensor->mFreePrimaryMemory = true;
+    device->bindBufferMemory(*tensor->mPrimaryBuffer, *tensor->mPrimaryMemory, 0);
+    tensor->mImported = true;
+    tensor->mMemoryTypeIndex = index;
+    tensor->mapRawData();
+    tensor->mNotMapped = false;
+    return tensor;
+}
+
+std::shared_ptr<Tensor>
+Tensor::view(std::shared_ptr<Tensor> parent, uint32_t offset, uint32_t bytes)
+{
+    if (!parent || !parent->mImported || !parent->mPrimaryMemory ||
+        !parent->mDevice) {
+        throw std::runtime_error(
+          "Kompute Tensor view: the parent is not a live imported tensor");
+    }
+    const uint32_t whole = parent->memorySize();
+    if (offset > whole || bytes > whole - offset) {
+        throw std::runtime_error(
+          "Kompute Tensor view: the range is outside its parent");
+    }
+    std::shared_ptr<Tensor> tensor{ new Tensor(
+      parent->mPhysicalDevice, parent->mDevice, bytes) };
+    tensor->createImportBuffer();
+    const vk::MemoryRequirements requirements =
+      parent->mDevice->getBufferMemoryRequirements(*tensor->mPrimaryBuffer);
+    if (offset % requirements.alignment ||
+        requirements.size > whole - offset ||
+        !(requirements.memoryTypeBits & (1u << parent->mMemoryTypeIndex))) {
+        throw std::runtime_error(
+          "Kompute Tensor view: the buffer cannot be bound at that offset");
+    }
+    parent->mDevice->bindBufferMemory(
+      *tensor->mPrimaryBuffer, *parent->mPrimaryMemory, offset);
+    tensor->mPrimaryMemory = parent->mPrimaryMemory;
+    tensor->mFreePrimaryMemory = false;
+    tensor->mRawData = static_cast<char*>(parent->mRawData) + offset;
+    tensor->mParent = parent;
+    return tensor;
+}
+
+template<>
+Tensor::TensorDataTypes
+TensorT<bool>::dataType()
+"""),
+    ],
+    "src/include/kompute/Manager.hpp": [
+        ("""    /**
+     * Default non-template function that can be used to create algorithm
+""",
+         """    // vkact (11): Tensor::importHost and Tensor::view, managed as the other tensors
+    std::shared_ptr<Tensor> importHost(void* pointer, uint32_t bytes)
+    {
+        return this->manage(
+          Tensor::importHost(this->mPhysicalDevice, this->mDevice, pointer, bytes));
+    }
+
+    std::shared_ptr<Tensor> tensorView(std::shared_ptr<Tensor> parent,
+                                       uint32_t offset,
+                                       uint32_t bytes)
+    {
+        return this->manage(Tensor::view(parent, offset, bytes));
+    }
+
+    std::shared_ptr<Tensor> manage(std::shared_ptr<Tensor> tensor)
+    {
+        if (this->mManageResources) {
+            this->mManagedTensors.push_back(tensor);
+        }
+        return tensor;
+    }
+
+    /**
+     * Default non-template function that can be used to create algorithm
+"""),
+    ],
+    "python/src/main.cpp": [
+        ("""      .def("destroy", &kp::Manager::destroy, DOC(kp, Manager, destroy))
+""",
+         """      .def("destroy", &kp::Manager::destroy, DOC(kp, Manager, destroy))
+      .def(
+        "import_host",
+        [](kp::Manager& self, uintptr_t address, uint32_t nbytes) {
+            return self.importHost(reinterpret_cast<void*>(address), nbytes);
+        },
+        "vkact: a host tensor on nbytes of this process's memory at address "
+        "(page-aligned; kept mapped until the tensor is destroyed)",
+        py::arg("address"),
+        py::arg("nbytes"))
+      .def("tensor_view",
+           &kp::Manager::tensorView,
+           "vkact: a tensor on nbytes of an imported tensor's memory, from offset",
+           py::arg("parent"),
+           py::arg("offset"),
+           py::arg("nbytes"))
 """),
     ],
 }

@@ -18,10 +18,13 @@ _STYPE_PHYSICAL_DEVICE_PROPERTIES_2 = 1000059001
 _STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES = 1000196000
 _STYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES = 1000094000
 _STYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES = 1000197000
+_STYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES = 1000178002
 #: The device extension that lets a shader declare SignedZeroInfNanPreserve (core in Vulkan 1.2; kp's
 #: instance asks for 1.1, so the engine enables it by name).
 FLOAT_CONTROLS_EXTENSION = "VK_KHR_shader_float_controls"
 _API_1_1 = (1 << 22) | (1 << 12)
+#: The device extension that imports host memory (a shared-memory slot) as a buffer's memory.
+HOST_IMPORT_EXTENSION = "VK_EXT_external_memory_host"
 
 # VkPhysicalDeviceFeatures: 55 VkBool32 members (Vulkan 1.0 ABI); the index of the ones vkact reads.
 _FEATURE_COUNT = 55
@@ -72,6 +75,10 @@ class _FloatControlsProps(ctypes.Structure):
                 ("preserve32", ctypes.c_uint32), ("preserve64", ctypes.c_uint32), ("rest", ctypes.c_uint32 * 12)]
 
 
+class _HostImportProps(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("minImportedHostPointerAlignment", ctypes.c_uint64)]
+
+
 class _ExtensionProps(ctypes.Structure):
     _fields_ = [("extensionName", ctypes.c_char * 256), ("specVersion", ctypes.c_uint32)]
 
@@ -107,6 +114,9 @@ class PhysicalDevice:
     # device has VK_KHR_shader_float_controls). Without that request a compiler may assume no NaN or Inf
     # (NVIDIA's does: CELU(NaN) came out -1, isinf was folded away).
     nan_preserving_widths: tuple[int, ...] = ()
+    # VkPhysicalDeviceExternalMemoryHostPropertiesEXT.minImportedHostPointerAlignment where the device has
+    # HOST_IMPORT_EXTENSION (an imported range's address and size are multiples of it); 0 where it has not.
+    host_import_alignment: int = 0
 
     @property
     def preserves_nan(self) -> bool:
@@ -165,10 +175,15 @@ def _device_extensions(vk: ctypes.CDLL, handle: int) -> set[str]:
 
 
 def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
-    float_controls = _FloatControlsProps(_STYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES, None)
-    has_float_controls = FLOAT_CONTROLS_EXTENSION in _device_extensions(vk, handle)
+    extensions = _device_extensions(vk, handle)
+    host_import = _HostImportProps(_STYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES, None)
+    has_host_import = HOST_IMPORT_EXTENSION in extensions
+    float_controls = _FloatControlsProps(_STYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES,
+                                         ctypes.cast(ctypes.pointer(host_import), ctypes.c_void_p) if has_host_import else None)
+    has_float_controls = FLOAT_CONTROLS_EXTENSION in extensions
+    chained = float_controls if has_float_controls else host_import if has_host_import else None
     subgroup = _SubgroupProps(_STYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-                              ctypes.cast(ctypes.pointer(float_controls), ctypes.c_void_p) if has_float_controls else None)
+                              None if chained is None else ctypes.cast(ctypes.pointer(chained), ctypes.c_void_p))
     driver = _DriverProps(_STYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, ctypes.cast(ctypes.pointer(subgroup), ctypes.c_void_p))
     props = _Props2(_STYPE_PHYSICAL_DEVICE_PROPERTIES_2, ctypes.cast(ctypes.pointer(driver), ctypes.c_void_p))
     vk.vkGetPhysicalDeviceProperties2(ctypes.c_void_p(handle), ctypes.byref(props))
@@ -197,6 +212,7 @@ def _describe(vk: ctypes.CDLL, index: int, handle: int) -> PhysicalDevice:
         features=tuple(name for name, i in FEATURE_INDEX.items() if features[i]),
         nan_preserving_widths=tuple(w for w, on in ((16, float_controls.preserve16), (32, float_controls.preserve32),
                                                      (64, float_controls.preserve64)) if has_float_controls and on),
+        host_import_alignment=int(host_import.minImportedHostPointerAlignment) if has_host_import else 0,
     )
 
 
