@@ -43,6 +43,15 @@ GPU_MAX_BATCH = 32
 # costs the worker nothing but a core during the wait; 1 ms covers a dispatch of 2^27 elements there.
 # On llvmpipe a poll of 30 us made /v1 slower (0.808 against 0.770 ms): its queue thread needs the core.
 NVIDIA_FENCE_SPIN_US = 1000
+# The smallest job whose kernel runs on its request's shared-memory slot itself (engine_direct: the slot's
+# pages imported, VK_EXT_external_memory_host) instead of on copies in the engine's buffers, on a CPU device,
+# whose memory is the host's: the copies are all the import saves there. Measured on llvmpipe (2 cores, a
+# SHRINK replay on a slot against the copying replay, 10 alternated rounds): 0.87 of the time at 16 KiB,
+# 0.85 at 256 KiB, 0.79 at 1 MiB, 0.47 at 4 MiB, 0.61 at 16 MiB. Each job shape on each slot gets a
+# pipeline of its own (1-3.5 ms to make there, 1 MiB of JIT code), so small jobs, which save tens of us,
+# keep the shared pipelines. A GPU would read imported pages over its bus (discrete) or is unmeasured
+# (integrated): it copies.
+CPU_SLOT_IMPORT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,7 @@ class Tuning:
     nice_driver_threads: bool       # the driver's threads run at worker_nice
     max_batch: int                  # Settings.max_batch 0: queued jobs of one descriptor per dispatch
     fence_spin_us: int              # KP_FENCE_SPIN_US where the environment does not set it (0: block at once)
+    slot_import_bytes: int | None   # jobs from this many bytes run on their slot's imported pages; None: never
 
 
 def tuning_for(device: PhysicalDevice) -> Tuning:
@@ -73,6 +83,7 @@ def tuning_for(device: PhysicalDevice) -> Tuning:
         nice_driver_threads=cpu,
         max_batch=CPU_MAX_BATCH if cpu else GPU_MAX_BATCH,
         fence_spin_us=NVIDIA_FENCE_SPIN_US if device.driver_name == "NVIDIA" else 0,
+        slot_import_bytes=CPU_SLOT_IMPORT_BYTES if cpu and device.host_import_alignment else None,
     )
 
 

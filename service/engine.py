@@ -38,12 +38,13 @@ from .operators import OperatorDesc
 from .operators.numerics import flush_subnormal
 from .operators.reduction import ReductionDesc
 from .device_tuning import Tuning, tuning_for, workgroup_size
+from .engine_direct import DirectRuns
 from .engine_graph import GraphRun
 from .graph_compiler import GraphPlan
 from .host_copy import SPLIT_BYTES, Copier
 from .shaders import ShaderCompiler, Variant, all_variants
 from .spirv_float_controls import preserve_nan
-from .vulkan_probe import FLOAT_CONTROLS_EXTENSION, PhysicalDevice, choose, physical_devices
+from .vulkan_probe import FLOAT_CONTROLS_EXTENSION, HOST_IMPORT_EXTENSION, PhysicalDevice, choose, physical_devices
 
 UNIT_BYTES = 16          # the packed kernels move one 16-byte vector per invocation and step
 PUSH_WORDS = 16          # count, rank, 14 parameter words (the shaders' Push block, elementwise.glsl)
@@ -97,6 +98,7 @@ class EngineStats:
     kernel_seconds: float = 0.0     # wall time of the device submission (upload, dispatch, download)
     bytes_in: int = 0
     bytes_out: int = 0
+    direct_dispatches: int = 0      # of them, run on a job's slot itself (engine_direct): nothing copied
 
 
 @dataclass
@@ -206,7 +208,10 @@ class Engine:
         # kp reads KP_FENCE_SPIN_US once per process, at its first wait: the device's default goes in first
         if self.tuning.fence_spin_us and "KP_FENCE_SPIN_US" not in os.environ:
             os.environ["KP_FENCE_SPIN_US"] = str(self.tuning.fence_spin_us)
-        self._mgr = kp.Manager(self.device.index, [], [FLOAT_CONTROLS_EXTENSION] if self.nan_preserving_widths else [])
+        # jobs from slot_import_bytes run on their slot's own pages where the device imports host memory
+        self.slot_import_bytes = self.tuning.slot_import_bytes if settings.slot_import == "auto" else None
+        extensions = [FLOAT_CONTROLS_EXTENSION] if self.nan_preserving_widths else []
+        self._mgr = kp.Manager(self.device.index, [], extensions + ([HOST_IMPORT_EXTENSION] if self.slot_import_bytes else []))
         props = self._mgr.get_device_properties()
         self.max_workgroup_count = int(props["max_work_group_count"][0])
         # The patched kp enables the KERNEL_FEATURES the device reports (scripts/build-kp.sh); the
@@ -246,6 +251,8 @@ class Engine:
         # large copies on two threads (host_copy): the caller's Copier (the device worker's, its helper made at
         # the job thread's niceness), else one whose helper starts here, with this thread's CPUs and niceness
         self._copier = copier or Copier()
+        # runs on slots' own pages (engine_direct): a pipeline each, up to a quarter of max_pipelines more
+        self._direct = DirectRuns(self._mgr, self.device.host_import_alignment, max(1, settings.max_pipelines // 4)) if self.slot_import_bytes else None
 
     # -- set-up -------------------------------------------------------------------------------------
 
@@ -264,6 +271,8 @@ class Engine:
         self._generation += 1
         while self._graph_runs:
             self._graph_runs.popitem()[1].destroy()
+        if self._direct is not None:
+            self._direct.close()
         self._algorithms.clear()
         self._slots.clear()
         self._seq = None
@@ -353,6 +362,63 @@ class Engine:
             return run()
 
         return replay
+
+    def direct_replayer(self, op: OperatorDesc, region: np.ndarray, inputs: Sequence[tuple[int, int]], output: tuple[int, int],
+                        key: Hashable) -> Callable[[], float | None] | None:
+        """A replayer (as ``replayer`` makes) of the job whose tensors lie in ``region``, a shared-memory
+        slot's whole mapping, at the (offset, bytes) ranges given: its kernel runs on the slot's own pages
+        (engine_direct), nothing copied. None where that does not apply: the device does not import host
+        memory (or ``slot_import`` is off), the job is smaller than ``slot_import_bytes``, or it is not one
+        packed elementwise dispatch on whole 16-byte units. ``op`` must have run (``execute``) first:
+        its checks are not repeated here. Before the region is unmapped, ``release_region`` it."""
+        if self._direct is None or max(n for _, n in (*inputs, output)) < self.slot_import_bytes:
+            return None
+        variant, push, meta, clear, groups = self.dispatch_shape(op)
+        if meta is not None or clear or groups is not None or variant.layout != "PACKED":
+            return None
+        if [n for _, n in inputs] != [d.total_bytes for d in op.inputs] or output[1] != op.output.total_bytes:
+            raise InvalidRequest("the ranges do not hold the operator's tensors")
+
+        def make(views: list[kp.Tensor]) -> tuple[kp.Algorithm, kp.Sequence]:
+            units = max(view.size() for view in views) * 4 // UNIT_BYTES
+            spec = np.array([self.local_size], np.uint32)
+            algorithm = self._mgr.algorithm(views, self.variant_spirv(variant), (self.workgroups(units), 1, 1), spec, _words([]))
+            seq = self._mgr.sequence()
+            seq.record(kp.OpAlgoDispatch(algorithm, push))
+            seq.record(kp.OpTensorSyncLocal([views[-1]]))  # the barrier that makes the writes visible to the host
+            return algorithm, seq
+
+        direct = self._direct
+        found = direct.run_for(region, inputs, output, key, make)
+        if found is None:
+            return None
+        run_key, run = found
+        run.used = self._epoch
+        stats, evaluate = self.stats, run.sequence.eval
+
+        def replay() -> float | None:
+            self._check_thread()
+            if not direct.is_live(run_key, run):
+                return None
+            run.used = self._epoch
+            started = time.perf_counter()
+            evaluate()
+            seconds = time.perf_counter() - started
+            stats.kernel_seconds += seconds
+            stats.dispatches += 1
+            stats.direct_dispatches += 1
+            stats.bytes_in += run.bytes_in
+            stats.bytes_out += run.bytes_out
+            return seconds
+
+        return replay
+
+    def release_region(self, region: np.ndarray) -> None:
+        """Destroy what ``direct_replayer`` made on the mapping ``region`` (its replayers then return
+        None): the caller is about to unmap it."""
+        self._check_thread()
+        if self._direct is not None:
+            self._direct.release(region)
 
     def execute_batch(self, op: OperatorDesc, jobs: Sequence[tuple[Sequence[Buffer], Buffer]], key: Hashable) -> None:
         """Run ``op`` once over several executions of it, each ``(inputs, out)``: their inputs end to
@@ -584,6 +650,8 @@ class Engine:
             self._evict(capacity)
         for key in [k for k, run in self._graph_runs.items() if run.used < self._epoch]:
             self._graph_runs.pop(key).destroy()
+        if self._direct is not None:
+            self._direct.trim(self._epoch)
         self._epoch += 1
         return len(idle)
 

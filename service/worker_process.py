@@ -107,7 +107,9 @@ class _Engines:
             key, path, size, inputs, output, in_place = template
             op, engine = self.op(key)
             try:
-                self._replays[tid] = engine.replayer(op, *_buffers(mappings, path, size, inputs, output), key, in_place)
+                # a large job's kernel on the slot itself where the device imports it (engine_direct), else copies
+                self._replays[tid] = (engine.direct_replayer(op, mappings[path].array, inputs, output, key)
+                                      or engine.replayer(op, *_buffers(mappings, path, size, inputs, output), key, in_place))
             except VkactError:  # nothing to replay (an empty tensor dispatches nothing): it runs whole each time
                 pass
         return framing.encode("done", [reply])
@@ -156,6 +158,9 @@ class _Engines:
             self._pairs.pop(tid, None)  # no view of the mapping may outlive it
         mapping = mappings.pop(path, None)
         if mapping is not None:
+            for engine in (self.main, self.small):
+                if engine is not None:
+                    engine.release_region(mapping.array)  # its imported pages go before the mapping does
             mapping.close()
 
     def _run_one(self, mappings: dict[str, Mapping], job: tuple) -> tuple:
@@ -321,6 +326,7 @@ def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int 
         "pinned_cpu": cpu,
         "small_dispatch_engine": small is not None,
         "max_batch": config.max_batch or tuning.max_batch,
+        "slot_import_bytes": engine.slot_import_bytes,   # jobs from this size run on their slot's pages (engine_direct)
     })
     mappings: dict[str, Mapping] = {}
     reader = framing.Reader(jobs.fileno())

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from service.device_tuning import (CPU_MAX_BATCH, GPU_MAX_BATCH, LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNITS_PER_INVOCATION,
+from service.device_tuning import (CPU_MAX_BATCH, CPU_SLOT_IMPORT_BYTES, GPU_MAX_BATCH, LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNITS_PER_INVOCATION,
                                    LLVMPIPE_UNROLL, NVIDIA_FENCE_SPIN_US, tuning_for, workgroup_size)
 from service.vulkan_probe import PhysicalDevice
 
@@ -46,6 +46,15 @@ def test_a_gpu_gets_the_gpu_defaults(device, memory):
     assert t.max_batch == GPU_MAX_BATCH > CPU_MAX_BATCH  # larger batches: a GPU's extra elements are nearly free
     # the fence polled first only on the driver where polling was measured to answer sooner
     assert t.fence_spin_us == (NVIDIA_FENCE_SPIN_US if device.driver_name == "NVIDIA" else 0)
+
+
+@pytest.mark.parametrize("device", [LLVMPIPE, SWIFTSHADER, DISCRETE, INTEGRATED], ids=["llvmpipe", "swiftshader", "discrete", "integrated"])
+@pytest.mark.parametrize("alignment", [0, 4096], ids=["no import", "imports"])
+def test_jobs_run_on_their_slots_pages_only_on_a_cpu_that_imports_host_memory(device, alignment):
+    """A CPU device's memory is the host's: the import saves the copies there (measured on llvmpipe). A GPU
+    copies: a discrete one would read the imported pages over its bus, an integrated one is unmeasured."""
+    t = tuning_for(dataclasses.replace(device, host_import_alignment=alignment))
+    assert t.slot_import_bytes == (CPU_SLOT_IMPORT_BYTES if device.is_cpu and alignment else None)
 
 
 @pytest.mark.parametrize("wanted, invocations, size_x, expected", [

@@ -295,6 +295,8 @@ async def device(worker: WorkerDep, settings: SettingsDep) -> dict[str, Any]:
         "worker_restarts": worker.restarts,
         "pinned_cpu": info.get("pinned_cpu"),  # the event loop's and the job thread's CPU (VKACT_PIN_CPU)
         "small_dispatch_engine": info.get("small_dispatch_engine", False),  # llvmpipe: one-workgroup dispatches without its compute pool
+        # a job from this many bytes runs on its request's shared-memory slot itself (engine_direct); None: never
+        "slot_import_bytes": info.get("slot_import_bytes"),
     }
 
 
