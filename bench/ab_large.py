@@ -3,6 +3,7 @@ sends them: from a raw socket and from tritonclient.http, both servers up at onc
 drift on a shared machine lands on every target alike:
 
     .venv/bin/python -m bench.ab_large [--rounds 8] [--block 4] main=../main mine=.
+    .venv/bin/python -m bench.ab_large copies=.,VKACT_SLOT_IMPORT=off direct=.
 
 Each checkout's server as bench.ab_latency launches it. Prints per target the MB/s each way (tensor bytes over
 the median seconds per request), the HTTP process's CPU per request (/proc, all rounds: 10 ms ticks), the ratios of the other
@@ -18,18 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from . import service as svc
-from .ab_latency import launch
+from .ab_latency import launch, targets
 from .triton import LARGE, HttpCaller, RawHttpCaller
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("targets", nargs="+", help="NAME=CHECKOUT")
+    ap.add_argument("targets", nargs="+", help="NAME=CHECKOUT[,VAR=VALUE...]")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--block", type=int, default=4)
     args = ap.parse_args()
-    checkouts = {t.split("=", 1)[0]: Path(t.split("=", 1)[1]).resolve() for t in args.targets}
-    servers = {name: launch(name, path) for name, path in checkouts.items()}
+    servers = {name: launch(name, path, env) for name, (path, env) in targets(args.targets).items()}
     load = [os.getloadavg()[0]]
     callers: dict[str, tuple[object, int]] = {}
     try:

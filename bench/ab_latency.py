@@ -24,23 +24,32 @@ import numpy as np
 from . import service as svc
 
 
-def launch(name: str, checkout: Path) -> svc.Server:
+def launch(name: str, checkout: Path, env: dict[str, str] | None = None) -> svc.Server:
     """vkact from ``checkout``, under its own venv's Python where it has one (its kp and native modules)."""
     python = checkout / ".venv/bin/python"
-    return svc._launch(name, "service", root=checkout, python=str(python) if python.exists() else sys.executable)
+    return svc._launch(name, "service", root=checkout, python=str(python) if python.exists() else sys.executable, env=env)
+
+
+def targets(specs: list[str]) -> dict[str, tuple[Path, dict[str, str]]]:
+    """``NAME=CHECKOUT[,VAR=VALUE...]`` each: a checkout and its server's extra environment (e.g.
+    ``off=.,VKACT_SLOT_IMPORT=off`` beside ``on=.``: one checkout, two settings)."""
+    found = {}
+    for spec in specs:
+        name, rest = spec.split("=", 1)
+        path, *assignments = rest.split(",")
+        found[name] = (Path(path).resolve(), dict(a.split("=", 1) for a in assignments))
+    return found
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("targets", nargs="+", help="NAME=CHECKOUT")
+    ap.add_argument("targets", nargs="+", help="NAME=CHECKOUT[,VAR=VALUE...]")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--block", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--v2", action="store_true", help="also tritonclient.http /v2 binary per checkout")
     args = ap.parse_args()
-    checkouts = {t.split("=", 1)[0]: Path(t.split("=", 1)[1]).resolve() for t in args.targets}
-
-    servers = {name: launch(name, path) for name, path in checkouts.items()}
+    servers = {name: launch(name, path, env) for name, (path, env) in targets(args.targets).items()}
     echo = svc._launch("echo", "bench.echo")
     load = [os.getloadavg()[0]]
     clients: list = []  # what to close: httpx clients and tritonclient callers

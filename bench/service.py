@@ -87,17 +87,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(name: str, module: str, *args: str, root: Path = ROOT, python: str = sys.executable) -> Server:
+def _launch(name: str, module: str, *args: str, root: Path = ROOT, python: str = sys.executable,
+            env: dict[str, str] | None = None) -> Server:
     """``python -m module --port P [args]`` in ``root`` (this checkout, or another one: bench.ab_latency) on a
-    free loopback port (as tests/service/conftest.py does); its output goes to a log file that is shown if
-    it fails."""
+    free loopback port (as tests/service/conftest.py does), ``env`` added to the environment; its output goes
+    to a log file that is shown if it fails."""
     port, grpc_port = free_port(), free_port()  # gRPC: vkact's own port (bench.echo has none), not the default 8001
     fd, log = tempfile.mkstemp(prefix=f"vkact-bench-{name}-", suffix=".log")
     with os.fdopen(fd, "wb") as out:
         # vkact unsupervised: its process is then the HTTP server, whose CPU time the benchmark reads
         extra = (["--no-supervise"] if module == "service" else []) + list(args)
         proc = subprocess.Popen([python, "-m", module, "--port", str(port), "--log-level", "warning", *extra],
-                                cwd=root, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "VKACT_GRPC_PORT": str(grpc_port)})
+                                cwd=root, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {}), "VKACT_GRPC_PORT": str(grpc_port)})
     return Server(name, f"http://127.0.0.1:{port}", proc, Path(log), f"127.0.0.1:{grpc_port}" if module == "service" else "")
 
 
