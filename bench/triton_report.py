@@ -123,6 +123,13 @@ def section(device_name: str, header_rows: list[tuple[str, str]], r: tr.TritonRe
                   "No server passes it with that client"
                   + (f", so {tr.TARGET_LARGE:g}× Triton with tritonclient.http is out of any server's reach on this machine."
                      if ceiling_ratio is not None and ceiling_ratio < tr.TARGET_LARGE else ".")]
+    if r.client_faults:
+        named = {"vkact binary": "vkact", "triton binary": "Triton", "ceiling binary": "the ceiling"}
+        counts = ", ".join(f"{named.get(key, key)} {count:,.0f}" for key, count in r.client_faults.items())
+        lines += ["", f"The client process's minor page faults per tritonclient.http request: {counts}. About 12,300 means "
+                  "its three 16 MiB buffers (the request body, the answer read, its copy in `as_numpy`) were mapped fresh "
+                  "each request, near 0 that glibc's heap kept them: which of the two a run gets is the allocator's doing, "
+                  "not the server's, and it moves the client's own time per request by 15-25 ms, the ceiling with it."]
 
     if targets:
         def at_least(value: float | None, bound: float) -> bool | None:

@@ -148,13 +148,13 @@ class _Plan:
         numpy assignment parses its slices and picks a copy loop each time (the device worker's job
         thread, 1,024-element /v1 requests: its message read -> dispatch 5.6-6.5 -> 4.2-5.3 us, the
         output copied out 2.1-2.4 -> 0.5 us)."""
-        copies = [(memoryview(view), memoryview(data)) for view, data in zip(self.inputs, arrays)]
         span = self.result.nbytes
+        if max(span, *map(len, arrays)) >= SPLIT_BYTES:  # a large job: its copies on two threads (host_copy)
+            return partial(self.run, arrays, out)
+        copies = [(memoryview(view), memoryview(data)) for view, data in zip(self.inputs, arrays)]
         head, result = memoryview(out)[:span], memoryview(self.result)
         tail = out[span:] if span < out.nbytes else None
         bytes_in, bytes_out = sum(map(len, arrays)), out.nbytes
-        if max(span, *map(len, arrays)) >= SPLIT_BYTES:  # a large job: its copies on two threads (host_copy)
-            return partial(self.run, arrays, out)
 
         def run() -> float:
             for view, data in copies:
@@ -251,6 +251,7 @@ class Engine:
         # large copies on two threads (host_copy): the caller's Copier (the device worker's, its helper made at
         # the job thread's niceness), else one whose helper starts here, with this thread's CPUs and niceness
         self._copier = copier or Copier()
+        self._owns_copier = copier is None  # a copier given is its maker's to close (the device worker's)
         # runs on slots' own pages (engine_direct): a pipeline each, up to a quarter of max_pipelines more
         self._direct = DirectRuns(self._mgr, self.device.host_import_alignment, max(1, settings.max_pipelines // 4)) if self.slot_import_bytes else None
 
@@ -277,7 +278,8 @@ class Engine:
         self._slots.clear()
         self._seq = None
         self._mgr.destroy()
-        self._copier.close()
+        if self._owns_copier:
+            self._copier.close()
 
     # -- execution ----------------------------------------------------------------------------------
 
@@ -369,12 +371,16 @@ class Engine:
         slot's whole mapping, at the (offset, bytes) ranges given: its kernel runs on the slot's own pages
         (engine_direct), nothing copied. None where that does not apply: the device does not import host
         memory (or ``slot_import`` is off), the job is smaller than ``slot_import_bytes``, or it is not one
-        packed elementwise dispatch on whole 16-byte units. ``op`` must have run (``execute``) first:
+        packed elementwise dispatch on whole 16-byte units, or a tensor has bytes past its last element (the
+        copying path zeroes an output's; on the slot they would keep what an earlier request left there), or
+        the device will not import the mapping or bind a range where it lies. ``op`` must have run (``execute``) first:
         its checks are not repeated here. Before the region is unmapped, ``release_region`` it."""
         if self._direct is None or max(n for _, n in (*inputs, output)) < self.slot_import_bytes:
             return None
         variant, push, meta, clear, groups = self.dispatch_shape(op)
         if meta is not None or clear or groups is not None or variant.layout != "PACKED":
+            return None
+        if any(d.total_bytes != d.span_bytes() for d in (*op.inputs, op.output)):
             return None
         if [n for _, n in inputs] != [d.total_bytes for d in op.inputs] or output[1] != op.output.total_bytes:
             raise InvalidRequest("the ranges do not hold the operator's tensors")

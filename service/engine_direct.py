@@ -17,6 +17,7 @@ lives until the worker unmaps the slot (``release``), and each run's pipeline un
 """
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from dataclasses import dataclass
 import kp
 import numpy as np
 
+log = logging.getLogger("vkact.engine")
 UNIT_BYTES = 16
+MAX_IMPORT_BYTES = (1 << 32) - (1 << 16)  # kp sizes a tensor in 32 bits: a larger slot imports its first 4 GiB
 
 
 @dataclass
@@ -55,7 +58,6 @@ class DirectRuns:
         self._mgr, self._alignment, self._limit = mgr, alignment, limit
         self._regions: dict[int, _Region] = {}
         self._runs: OrderedDict[tuple, _Run] = OrderedDict()
-        self.generation = 0   # counts drops: a replayer made before one may name a destroyed run
 
     def run_for(self, region: np.ndarray, inputs: Sequence[tuple[int, int]], output: tuple[int, int], key: Hashable,
                 make: Callable[[list[kp.Tensor]], tuple[kp.Algorithm, kp.Sequence]]) -> tuple[tuple, _Run] | None:
@@ -73,13 +75,19 @@ class DirectRuns:
             return None
         while len(self._runs) >= self._limit:
             self._drop(next(iter(self._runs)))
-        imported = self._region(address, region.nbytes)
         views: dict[tuple[int, int], kp.Tensor] = {}
         try:
+            imported = self._region(address, region.nbytes)
             for offset, n in ranges:  # an in-place job's output range is its input's: one view
                 if (offset, n) not in views:
                     views[(offset, n)] = self._mgr.tensor_view(imported.tensor, offset, n)
             algorithm, sequence = make([views[r] for r in ranges])
+        except RuntimeError as exc:  # kp's: no import of these pages, or no buffer at an offset (SwiftShader binds
+            # storage buffers at multiples of 256, the slots lay tensors out at 64): this job copies
+            for view in views.values():
+                view.destroy()
+            log.info("a job on slot memory at %#x copies instead of running there: %s", address, exc)
+            return None
         except BaseException:
             for view in views.values():
                 view.destroy()
@@ -115,7 +123,7 @@ class DirectRuns:
         either the same (an in-place job's output is its input) or apart."""
         if address % self._alignment:
             return False
-        usable = size // self._alignment * self._alignment
+        usable = min(size // self._alignment * self._alignment, MAX_IMPORT_BYTES)
         if any(n <= 0 or n % UNIT_BYTES or offset % UNIT_BYTES or offset + n > usable for offset, n in ranges):
             return False
         spans = sorted(set(ranges))
@@ -127,13 +135,12 @@ class DirectRuns:
             self._release(address)
             imported = None
         if imported is None:
-            usable = size // self._alignment * self._alignment
+            usable = min(size // self._alignment * self._alignment, MAX_IMPORT_BYTES)
             imported = self._regions[address] = _Region(self._mgr.import_host(address, usable), size)
         return imported
 
     def _drop(self, run_key: tuple) -> None:
         run = self._runs.pop(run_key)
-        self.generation += 1
         run.sequence.destroy()
         run.algorithm.destroy()
         for view in run.views:

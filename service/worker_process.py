@@ -107,12 +107,21 @@ class _Engines:
             key, path, size, inputs, output, in_place = template
             op, engine = self.op(key)
             try:
-                # a large job's kernel on the slot itself where the device imports it (engine_direct), else copies
-                self._replays[tid] = (engine.direct_replayer(op, mappings[path].array, inputs, output, key)
+                self._replays[tid] = (self._direct(engine, op, mappings[path].array, inputs, output, key)
                                       or engine.replayer(op, *_buffers(mappings, path, size, inputs, output), key, in_place))
             except VkactError:  # nothing to replay (an empty tensor dispatches nothing): it runs whole each time
                 pass
         return framing.encode("done", [reply])
+
+    @staticmethod
+    def _direct(engine: Any, op: OperatorDesc, region: np.ndarray, inputs, output, key: bytes) -> Callable[[], float | None] | None:
+        """A large job's replayer on the slot itself where the device imports it (engine_direct), else None;
+        a failure there (kp's, the driver's) leaves the job to the copying replayer, the worker up."""
+        try:
+            return engine.direct_replayer(op, region, inputs, output, key)
+        except Exception:  # noqa: BLE001 - the job has run and its answer is right: only its replays copy
+            log.exception("a job's replayer on its slot failed; its replays copy")
+            return None
 
     def batch(self, mappings: dict[str, Mapping], numbered: tuple[tuple[int, int], ...]) -> bytes:
         """The jobs of a "batch" message ((job id, template id) each; the HTTP side batches only equal
@@ -354,3 +363,4 @@ def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int 
         else:  # the HTTP side sends no other kind: a bug there, not a reason to stop
             log.error("unknown message %r from the HTTP process", msg[0])
     engines.close()
+    copier.close()  # made here for both engines, closed here

@@ -12,7 +12,8 @@ import pytest
 
 from service.config import Settings
 from service.engine import Engine
-from tests.helpers import any_op, assert_matches, make_op
+from service.operators import parse_operator
+from tests.helpers import any_op, assert_matches, make_op, tensor
 
 MIB = 1 << 20
 
@@ -90,8 +91,11 @@ def test_an_in_place_job_writes_its_answer_over_its_input(direct):
         slot.close()
 
 
-@pytest.mark.parametrize("case", ["small", "partial unit", "strided", "overlap", "outside"])
+@pytest.mark.parametrize("case", ["small", "partial unit", "strided", "padded", "overlap", "outside", "unbindable offset"])
 def test_jobs_that_do_not_qualify_keep_the_copying_path(direct, case):
+    """Each falls back to copies (None): too small to gain, a kernel's last unit reaching past its tensor, a
+    layout table, bytes past the last element (on the slot they would keep an earlier request's bytes), ranges
+    no HTTP side lays out, and a range the device cannot bind a buffer at (lavapipe: 64-byte offsets)."""
     n = 2 * MIB // 4
     slot = Slot(8 * MIB)
     try:
@@ -99,11 +103,18 @@ def test_jobs_that_do_not_qualify_keep_the_copying_path(direct, case):
             n = 1024
         if case == "partial unit":
             n += 1
-        op = make_op("RELU", np.float32, (n,), out_strides=(2,)) if case == "strided" else make_op("RELU", np.float32, (n,))
+        if case == "strided":
+            op = make_op("RELU", np.float32, (n,), out_strides=(2,))
+        elif case == "padded":  # 4 elements in 4 MiB tensors: the answer's tail is not the kernel's to write
+            op = parse_operator({"Type": "DML_OPERATOR_ACTIVATION_RELU",
+                                 "InputTensor": tensor(np.float32, (4,), TotalTensorSizeInBytes=2 * MIB),
+                                 "OutputTensor": tensor(np.float32, (4,), TotalTensorSizeInBytes=2 * MIB)})
+        else:
+            op = make_op("RELU", np.float32, (n,))
         inputs = [(0, op.inputs[0].total_bytes)]
-        output = {"overlap": (1024, op.output.total_bytes), "outside": (7 * MIB, op.output.total_bytes)}.get(
-            case, (4 * MIB, op.output.total_bytes))
-        if case in ("overlap", "outside"):  # as laid out by no HTTP side: the first run is skipped
+        output = {"overlap": (1024, op.output.total_bytes), "outside": (7 * MIB, op.output.total_bytes),
+                  "unbindable offset": (4 * MIB + 16, op.output.total_bytes)}.get(case, (4 * MIB, op.output.total_bytes))
+        if case in ("overlap", "outside", "unbindable offset"):  # as laid out by no HTTP side: the first run is skipped
             assert direct.direct_replayer(op, slot.array, inputs, output, pickle.dumps(op)) is None
         else:
             assert _first_run(direct, op, slot, inputs, output, pickle.dumps(op)) is None
