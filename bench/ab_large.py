@@ -6,11 +6,12 @@ drift on a shared machine lands on every target alike:
     .venv/bin/python -m bench.ab_large copies=.,VKACT_SLOT_IMPORT=off direct=.
 
 Each checkout's server as bench.ab_latency launches it. Prints per target the MB/s each way (tensor bytes over
-the median seconds per request), the HTTP process's CPU per request (/proc, all rounds: 10 ms ticks), the ratios of the other
+the median seconds per request), the HTTP process's and the device worker's CPU per request (/proc, all rounds: 10 ms ticks), the ratios of the other
 targets over the first one per round (median and spread) and the load average. Not part of ``python -m bench``."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -42,20 +43,24 @@ def main() -> None:
                 call.check()
                 call()  # warm: its header seen, its slot's pages touched
                 callers[f"{name} {kind}"] = (call, s.process.pid)
+        workers = {s.process.pid: svc.device_worker(s.process.pid) for s in servers.values()}
         seconds: dict[str, list[float]] = {k: [] for k in callers}
         cpu: dict[str, list[float]] = {k: [] for k in callers}
+        worker_cpu: dict[str, list[float]] = {k: [] for k in callers}
         per_round: dict[str, list[float]] = {k: [] for k in callers}
         for r in range(args.rounds):
             keys = list(callers) if r % 2 == 0 else list(reversed(callers))
             for k in keys:
                 call, pid = callers[k]
                 got = []
-                before = svc.cpu_seconds(pid)
+                worker = workers[pid]
+                before, worker_before = svc.cpu_seconds(pid), svc.cpu_seconds(worker) if worker else 0.0
                 for _ in range(args.block):
                     t = time.perf_counter()
                     call()
                     got.append(time.perf_counter() - t)
                 cpu[k].append((svc.cpu_seconds(pid) - before) / args.block)
+                worker_cpu[k].append(((svc.cpu_seconds(worker) - worker_before) / args.block) if worker else math.nan)
                 seconds[k] += got
                 per_round[k].append(statistics.median(got))
         load.append(os.getloadavg()[0])
@@ -70,7 +75,8 @@ def main() -> None:
         name, kind = k.split()
         base = f"{first} {kind}"
         ratios = [b / a for a, b in zip(per_round[k], per_round[base])]  # MB/s over the first target's
-        print(f"{k:24s} {mb / statistics.median(seconds[k]):7.0f} MB/s each way  HTTP process {1e3 * statistics.fmean(cpu[k]):6.1f} ms CPU/request"
+        print(f"{k:24s} {mb / statistics.median(seconds[k]):7.0f} MB/s each way  HTTP process {1e3 * statistics.fmean(cpu[k]):6.1f}, "
+              f"device worker {1e3 * statistics.fmean(worker_cpu[k]):6.1f} ms CPU/request"
               f"  /{first}: {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
     print(f"load average {load[0]:.1f} at the start, {load[1]:.1f} at the end; {args.rounds} rounds of {args.block}")
 

@@ -389,9 +389,13 @@ class Engine:
             units = max(view.size() for view in views) * 4 // UNIT_BYTES
             spec = np.array([self.local_size], np.uint32)
             algorithm = self._mgr.algorithm(views, self.variant_spirv(variant), (self.workgroups(units), 1, 1), spec, _words([]))
-            seq = self._mgr.sequence()
-            seq.record(kp.OpAlgoDispatch(algorithm, push))
-            seq.record(kp.OpTensorSyncLocal([views[-1]]))  # the barrier that makes the writes visible to the host
+            try:
+                seq = self._mgr.sequence()
+                seq.record(kp.OpAlgoDispatch(algorithm, push))
+                seq.record(kp.OpTensorSyncLocal([views[-1]]))  # the barrier that makes the writes visible to the host
+            except BaseException:
+                algorithm.destroy()
+                raise
             return algorithm, seq
 
         direct = self._direct
@@ -408,7 +412,11 @@ class Engine:
                 return None
             run.used = self._epoch
             started = time.perf_counter()
-            evaluate()
+            try:
+                evaluate()
+            except BaseException:
+                direct.discard(run_key, run)  # not handed back to the job's next replayer
+                raise
             seconds = time.perf_counter() - started
             stats.kernel_seconds += seconds
             stats.dispatches += 1

@@ -58,6 +58,9 @@ class DirectRuns:
         self._mgr, self._alignment, self._limit = mgr, alignment, limit
         self._regions: dict[int, _Region] = {}
         self._runs: OrderedDict[tuple, _Run] = OrderedDict()
+        # runs evicted to make room since the last trim: at `limit`, the hot jobs outnumber the runs kept
+        # and every request would make a pipeline for one another evicts; new jobs then copy till the trim
+        self._evicted = 0
 
     def run_for(self, region: np.ndarray, inputs: Sequence[tuple[int, int]], output: tuple[int, int], key: Hashable,
                 make: Callable[[list[kp.Tensor]], tuple[kp.Algorithm, kp.Sequence]]) -> tuple[tuple, _Run] | None:
@@ -71,10 +74,8 @@ class DirectRuns:
         if run is not None:
             self._runs.move_to_end(run_key)
             return run_key, run
-        if not self._fits(address, region.nbytes, ranges):
+        if not self._fits(address, region.nbytes, ranges) or self._evicted >= self._limit:
             return None
-        while len(self._runs) >= self._limit:
-            self._drop(next(iter(self._runs)))
         views: dict[tuple[int, int], kp.Tensor] = {}
         try:
             imported = self._region(address, region.nbytes)
@@ -92,11 +93,19 @@ class DirectRuns:
             for view in views.values():
                 view.destroy()
             raise
+        while len(self._runs) >= self._limit:  # room made once the new run exists: a refused job evicts none
+            self._drop(next(iter(self._runs)))
+            self._evicted += 1
         run = self._runs[run_key] = _Run(address, list(views.values()), algorithm, sequence, sum(n for _, n in inputs), output[1])
         return run_key, run
 
     def is_live(self, run_key: tuple, run: _Run) -> bool:
         return self._runs.get(run_key) is run
+
+    def discard(self, run_key: tuple, run: _Run) -> None:
+        """Destroy a run whose dispatch failed: the job's next replayer is made anew, not handed it back."""
+        if self.is_live(run_key, run):
+            self._drop(run_key)
 
     def release(self, region: np.ndarray) -> None:
         """Destroy everything on the slot mapping ``region`` (before the worker unmaps it)."""
@@ -106,6 +115,7 @@ class DirectRuns:
         """Drop the runs not used since the engine's last trim (their pipelines are JIT code on a CPU)."""
         for run_key in [k for k, run in self._runs.items() if run.used < epoch]:
             self._drop(run_key)
+        self._evicted = 0
 
     def close(self) -> None:
         for address in {*self._regions, *(run.region for run in self._runs.values())}:

@@ -151,3 +151,30 @@ def test_off_means_copies():
             slot.close()
     finally:
         engine.close()
+
+
+def test_a_refused_job_evicts_no_run_and_thrashing_jobs_copy_until_the_trim():
+    """The runs are capped (a quarter of max_pipelines: 2 here). A job the device will not bind (an offset
+    lavapipe refuses) evicts nothing; once the cap's worth of runs has been evicted for new ones since the
+    last trim, further new jobs copy (each would make a pipeline for the next to evict), until the trim."""
+    engine = Engine(Settings(max_pipelines=8))
+    slots = [Slot(4 * MIB + 4096) for _ in range(5)]
+    try:
+        if engine.slot_import_bytes is None:
+            pytest.skip("this device does not run jobs on imported host memory")
+        op = make_op("RELU", np.float32, (MIB // 4,))
+        key = pickle.dumps(op)
+        made = [_first_run(engine, op, slot, [(0, MIB)], (2 * MIB, MIB), key) for slot in slots[:2]]
+        assert all(r is not None for r in made)
+        assert engine.direct_replayer(op, slots[2].array, [(0, MIB)], (2 * MIB + 16, MIB), key) is None
+        assert all(r() is not None for r in made)  # neither was evicted for the refused job
+        third, fourth = (engine.direct_replayer(op, s.array, [(0, MIB)], (2 * MIB, MIB), key) for s in slots[2:4])
+        assert third is not None and fourth is not None and all(r() is None for r in made)  # two evicted
+        assert engine.direct_replayer(op, slots[4].array, [(0, MIB)], (2 * MIB, MIB), key) is None  # thrashing: copies
+        engine.trim()
+        assert engine.direct_replayer(op, slots[4].array, [(0, MIB)], (2 * MIB, MIB), key) is not None
+    finally:
+        for slot in slots:
+            engine.release_region(slot.array)
+            slot.close()
+        engine.close()
