@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import mmap
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -40,6 +42,17 @@ class Slot:
         self.mm.close()
 
 
+@contextmanager
+def mapped(engine: Engine, size: int) -> Iterator[Slot]:
+    """A Slot, released by ``engine`` (as the worker's ``forget`` does) before it is unmapped."""
+    slot = Slot(size)
+    try:
+        yield slot
+    finally:
+        engine.release_region(slot.array)
+        slot.close()
+
+
 def _first_run(engine: Engine, op, slot: Slot, inputs, output, key, in_place=False):
     ins = [slot.array[o : o + n] for o, n in inputs]
     engine.execute(op, ins, out=slot.array[output[0] : output[0] + output[1]], key=key, in_place=in_place)
@@ -51,8 +64,7 @@ def test_a_direct_replay_computes_from_the_bytes_now_in_the_slot(direct, kind):
     n = 3 * MIB // 4  # 3 MiB of FLOAT32 per tensor
     nbytes = n * 4
     op = any_op(f"DML_OPERATOR_ACTIVATION_{kind}", np.float32, (n,)) if kind == "RELU_GRAD" else make_op(kind, np.float32, (n,))
-    slot = Slot(12 * MIB + 4096)
-    try:
+    with mapped(direct, 12 * MIB + 4096) as slot:
         inputs = [(i * 4 * MIB, nbytes) for i in range(len(op.inputs))]
         output = (8 * MIB, nbytes)
         key = pickle.dumps(op)
@@ -68,16 +80,12 @@ def test_a_direct_replay_computes_from_the_bytes_now_in_the_slot(direct, kind):
             got = slot.array[output[0] : output[0] + nbytes].view(np.float32).copy()
             assert_matches(got, op.reference(*xs), 4)
         assert direct.stats.direct_dispatches == before + 3
-    finally:
-        direct.release_region(slot.array)
-        slot.close()
 
 
 def test_an_in_place_job_writes_its_answer_over_its_input(direct):
     n = 2 * MIB // 4
     op = make_op("SOFTSIGN", np.float32, (n,))
-    slot = Slot(2 * MIB + 4096)
-    try:
+    with mapped(direct, 2 * MIB + 4096) as slot:
         x = np.linspace(-8, 8, n, dtype=np.float32)
         slot.array[: 2 * MIB] = x.view(np.uint8)
         replay = _first_run(direct, op, slot, [(0, 2 * MIB)], (0, 2 * MIB), pickle.dumps(op), in_place=True)
@@ -86,9 +94,6 @@ def test_an_in_place_job_writes_its_answer_over_its_input(direct):
         slot.array[: 2 * MIB] = y.view(np.uint8)
         assert replay() is not None
         assert_matches(slot.array[: 2 * MIB].view(np.float32), op.reference(y), 4)
-    finally:
-        direct.release_region(slot.array)
-        slot.close()
 
 
 @pytest.mark.parametrize("case", ["small", "partial unit", "strided", "padded", "overlap", "outside", "unbindable offset"])
@@ -97,8 +102,7 @@ def test_jobs_that_do_not_qualify_keep_the_copying_path(direct, case):
     layout table, bytes past the last element (on the slot they would keep an earlier request's bytes), ranges
     no HTTP side lays out, and a range the device cannot bind a buffer at (lavapipe: 64-byte offsets)."""
     n = 2 * MIB // 4
-    slot = Slot(8 * MIB)
-    try:
+    with mapped(direct, 8 * MIB) as slot:
         if case == "small":
             n = 1024
         if case == "partial unit":
@@ -118,24 +122,17 @@ def test_jobs_that_do_not_qualify_keep_the_copying_path(direct, case):
             assert direct.direct_replayer(op, slot.array, inputs, output, pickle.dumps(op)) is None
         else:
             assert _first_run(direct, op, slot, inputs, output, pickle.dumps(op)) is None
-    finally:
-        direct.release_region(slot.array)
-        slot.close()
 
 
 def test_releasing_a_slot_makes_its_replayers_stale(direct):
     n = 2 * MIB // 4
     op = make_op("RELU", np.float32, (n,))
-    slot = Slot(4 * MIB + 4096)
-    try:
+    with mapped(direct, 4 * MIB + 4096) as slot:
         replay = _first_run(direct, op, slot, [(0, 2 * MIB)], (2 * MIB, 2 * MIB), pickle.dumps(op))
         assert replay is not None and replay() is not None
         direct.release_region(slot.array)
         dispatches = direct.stats.dispatches
         assert replay() is None and direct.stats.dispatches == dispatches  # nothing ran on the released pages
-    finally:
-        direct.release_region(slot.array)
-        slot.close()
 
 
 def test_off_means_copies():
