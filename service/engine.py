@@ -100,6 +100,13 @@ class EngineStats:
     bytes_out: int = 0
     direct_dispatches: int = 0      # of them, run on a job's slot itself (engine_direct): nothing copied
 
+    def count(self, seconds: float, bytes_in: int, bytes_out: int) -> None:
+        """One dispatch of ``seconds`` that took ``bytes_in`` and gave ``bytes_out``."""
+        self.kernel_seconds += seconds
+        self.dispatches += 1
+        self.bytes_in += bytes_in
+        self.bytes_out += bytes_out
+
 
 @dataclass
 class Prepared:
@@ -139,7 +146,7 @@ class _Plan:
         copy(out[:span], self.result)
         if span < out.nbytes:
             out[span:] = 0
-        self._count(seconds, sum(map(len, arrays)), out.nbytes)
+        self.stats.count(seconds, sum(map(len, arrays)), out.nbytes)
         return seconds
 
     def bound(self, arrays: Sequence[np.ndarray], out: np.ndarray) -> Callable[[], float]:
@@ -163,7 +170,7 @@ class _Plan:
             head[:] = result
             if tail is not None:
                 tail[...] = 0
-            self._count(seconds, bytes_in, bytes_out)
+            self.stats.count(seconds, bytes_in, bytes_out)
             return seconds
 
         return run
@@ -177,13 +184,6 @@ class _Plan:
         started = time.perf_counter()
         self.dispatch()
         return time.perf_counter() - started
-
-    def _count(self, seconds: float, bytes_in: int, bytes_out: int) -> None:
-        stats = self.stats
-        stats.kernel_seconds += seconds
-        stats.dispatches += 1
-        stats.bytes_in += bytes_in
-        stats.bytes_out += bytes_out
 
 
 @dataclass
@@ -418,11 +418,8 @@ class Engine:
                 direct.discard(run_key, run)  # not handed back to the job's next replayer
                 raise
             seconds = time.perf_counter() - started
-            stats.kernel_seconds += seconds
-            stats.dispatches += 1
+            stats.count(seconds, run.bytes_in, run.bytes_out)
             stats.direct_dispatches += 1
-            stats.bytes_in += run.bytes_in
-            stats.bytes_out += run.bytes_out
             return seconds
 
         return replay

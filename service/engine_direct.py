@@ -7,7 +7,7 @@ two copies are all the extra they cost: 4-5 ms of a 16 MiB SHRINK request on llv
 3-4 ms. Where the device has VK_EXT_external_memory_host, the slot's mapping is imported as a buffer's
 memory once (kp patch 11: ``Manager.import_host``), each of a job's tensors gets a buffer on its range
 (``Manager.tensor_view``), and a repeated job replays a command buffer recorded on them: nothing is
-copied. ``Tuning.host_import_bytes`` says where this is used (CPU devices: see device_tuning).
+copied. ``Tuning.slot_import_bytes`` says where this is used (CPU devices: see device_tuning).
 
 Only what runs as one packed elementwise dispatch qualifies (no layout table, no gaps to clear), with
 every tensor a whole number of 16-byte units (the kernels read and write whole units: a partial one would
@@ -133,7 +133,7 @@ class DirectRuns:
         either the same (an in-place job's output is its input) or apart."""
         if address % self._alignment:
             return False
-        usable = min(size // self._alignment * self._alignment, MAX_IMPORT_BYTES)
+        usable = self._usable(size)
         if any(n <= 0 or n % UNIT_BYTES or offset % UNIT_BYTES or offset + n > usable for offset, n in ranges):
             return False
         spans = sorted(set(ranges))
@@ -145,9 +145,12 @@ class DirectRuns:
             self._release(address)
             imported = None
         if imported is None:
-            usable = min(size // self._alignment * self._alignment, MAX_IMPORT_BYTES)
-            imported = self._regions[address] = _Region(self._mgr.import_host(address, usable), size)
+            imported = self._regions[address] = _Region(self._mgr.import_host(address, self._usable(size)), size)
         return imported
+
+    def _usable(self, size: int) -> int:
+        """The part of a mapping of ``size`` bytes that is imported: whole alignment units, within kp's sizes."""
+        return min(size // self._alignment * self._alignment, MAX_IMPORT_BYTES)
 
     def _drop(self, run_key: tuple) -> None:
         run = self._runs.pop(run_key)
