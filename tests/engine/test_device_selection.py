@@ -44,7 +44,7 @@ print(json.dumps(out))
 @pytest.mark.skipif(not (SWIFTSHADER.is_file() and LAVAPIPE), reason="needs lavapipe and SwiftShader (chromium-common)")
 def test_a_device_by_name_or_index_among_two_drivers():
     icds = f"{LAVAPIPE[0]}:{SWIFTSHADER}"
-    env = {**os.environ, "VK_ICD_FILENAMES": icds, "VK_DRIVER_FILES": icds, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "VK_ICD_FILENAMES": icds, "VK_DRIVER_FILES": icds, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     env.pop("VKACT_DEVICE", None)
     proc = subprocess.run([sys.executable, "-c", CHILD, "llvmpipe", "swiftshader", "0", "1"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
