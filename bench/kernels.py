@@ -10,7 +10,8 @@ import kp
 import numpy as np
 
 from service.descriptors import DataType
-from service.engine import UNIT_BYTES, Engine
+from service.dispatch_geometry import UNIT_BYTES
+from service.engine import Engine
 from service.operators import OPERATORS, OperatorDesc, parse_operator, short_name
 from service.shaders import ShaderCompiler, Variant
 

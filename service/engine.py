@@ -9,10 +9,8 @@ call changes only the push constants (element count, parameters); the kernels' g
 a fixed workgroup count serve any count up to the capacity. Slots are evicted least recently used once
 the pool outgrows ``Settings.pool_bytes``.
 
-Two kernel contracts (``OperatorDesc.kind``): elementwise kernels walk a coalesced ``Layout``;
-reductions (the softmax family, glsl/common/reduction.glsl) walk a ``RowLayout``: rows of reduced
-elements, with the lanes per row and the workgroup count chosen per call (``_row_split``), since a
-CPU driver pays for every empty workgroup; their Algorithms are cached per workgroup count too.
+What each dispatch looks like (variant, push constants, workgroups, capacity) is ``DispatchGeometry``'s
+arithmetic, which an Engine is; one execution's checked plan and its copies are ``engine_plan``'s.
 """
 from __future__ import annotations
 
@@ -21,182 +19,31 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Union
 
 import kp
 import numpy as np
 
-from .buckets import bucket
 from .config import Settings
-from .descriptors import packed_strides
-from .descriptors.datatypes import KERNEL_FEATURES
-from .errors import InvalidRequest, UnsupportedOnDevice
-from .layout import RowLayout, coalesce, row_layout
-from .operators import OperatorDesc
-from .operators.numerics import flush_subnormal
-from .operators.reduction import ReductionDesc
-from .device_tuning import Tuning, tuning_for, workgroup_size
+from .device_tuning import Tuning, tuning_for
+from .dispatch_geometry import META_WORDS, UNIT_BYTES, DispatchGeometry, push_words
 from .engine_direct import DirectRuns
 from .engine_graph import GraphRun
+from .engine_plan import EngineStats, Prepared, _Plan, _Slot
+from .errors import InvalidRequest, UnsupportedOnDevice
 from .graph_compiler import GraphPlan
-from .host_copy import SPLIT_BYTES, Copier
+from .host_copy import Copier
+from .limits import MAX_GRAPH_RUNS, MAX_PLANS
+from .operators import OperatorDesc
 from .shaders import ShaderCompiler, Variant, all_variants
 from .spirv_float_controls import preserve_nan
 from .vulkan_probe import FLOAT_CONTROLS_EXTENSION, HOST_IMPORT_EXTENSION, PhysicalDevice, choose, physical_devices
 
-UNIT_BYTES = 16          # the packed kernels move one 16-byte vector per invocation and step
-PUSH_WORDS = 16          # count, rank, 14 parameter words (the shaders' Push block, elementwise.glsl)
-META_WORDS = 8 * 4       # sizes + up to three tensors' strides (MAX_DIMS words each)
-# Reductions on a GPU give rows at least this long a whole workgroup (one subgroup per row leaves too
-# few warps in flight for a few long rows); a CPU driver never does: lavapipe runs a barrier as a
-# coroutine switch of every SIMD batch of the workgroup (measured: 0.02 of the copy ceiling on 1,024-
-# element rows against 0.6 with one subgroup per row).
-WORKGROUP_ROW_LEN = 4096
-# A CPU driver runs workgroups on its threads (one per core), each workgroup's subgroups one after the
-# other, and pays for each workgroup's set-up (about 5 us on lavapipe, empty or not): reductions get at
-# most this many workgroups per core there, the grid-stride loop the rest (16,384 rows of 1,024: 0.39
-# of the copy ceiling at 8 groups against 0.35 at 512).
-CPU_GROUPS_PER_CORE = 4
-# On a CPU, rows at least this long get a whole workgroup each when a subgroup per row would leave
-# cores idle (fewer workgroups than cores): one barrier per row is then cheap.
-CPU_WORKGROUP_ROW_LEN = 1 << 18
-from .limits import MAX_PLANS
-from .limits import MAX_GRAPH_RUNS
-
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuffer reads
 
 
-def _words(values: Sequence[int | float | np.float64 | np.int64 | np.uint64], length: int = PUSH_WORDS) -> np.ndarray:
-    """Push constants as uint32 words, floats bit-cast (kp 0.9 takes the push type from the spec array).
-    A Python float is a float32 word, a Python int a uint32 word; a numpy float64, int64 or uint64 takes
-    two words, low first, at an even index (glsl/common/dtype.glsl's contract: PARAM_F64(i) and friends).
-    Subnormal float32 values go as signed zeros: some devices flush them in arithmetic (lavapipe does),
-    others do not, and every device should compute what the reference does (OperatorDesc.reference)."""
-    out = np.zeros(length, np.uint32)
-    i = 0
-    for v in values:
-        if isinstance(v, (np.float64, np.int64, np.uint64)):
-            if i % 2:
-                raise ValueError(f"a 64-bit push constant must start at an even word, not word {i} (pad with a 0)")
-            out[i : i + 2] = np.array([v]).view(np.uint32)
-            i += 2
-            continue
-        out[i] = np.float32(flush_subnormal(v)).view(np.uint32) if isinstance(v, float) else v
-        i += 1
-    return out
-
-
-@dataclass
-class EngineStats:
-    pipelines_created: int = 0
-    pipelines_destroyed: int = 0
-    buffers_allocated: int = 0
-    slots_evicted: int = 0
-    dispatches: int = 0
-    kernel_seconds: float = 0.0     # wall time of the device submission (upload, dispatch, download)
-    bytes_in: int = 0
-    bytes_out: int = 0
-    direct_dispatches: int = 0      # of them, run on a job's slot itself (engine_direct): nothing copied
-
-    def count(self, seconds: float, bytes_in: int, bytes_out: int) -> None:
-        """One dispatch of ``seconds`` that took ``bytes_in`` and gave ``bytes_out``."""
-        self.kernel_seconds += seconds
-        self.dispatches += 1
-        self.bytes_in += bytes_in
-        self.bytes_out += bytes_out
-
-
-@dataclass
-class Prepared:
-    """What one execution dispatches: the pipeline on a slot's buffers and its push constants."""
-
-    algorithm: kp.Algorithm
-    push: np.ndarray
-    slot: _Slot
-    meta: list[int] | None   # the strided kernels' layout table
-    clear: bool              # the output has gaps to zero first
-    workgroups: int = 1      # of the dispatch
-
-
-@dataclass
-class _Plan:
-    """One checked execution of an operator: its Prepared dispatch on a slot's buffers, views of the
-    slot's mapped memory cut once (numpy slicing costs about a microsecond a request), and how to
-    dispatch it: (keyed executions) a command buffer recorded once and replayed."""
-
-    prepared: Prepared
-    dispatch: Callable[[], object]
-    stats: EngineStats
-    copier: Copier              # the engine's: large copies on two threads
-    inputs: list[np.ndarray]    # each input tensor's bytes
-    result: np.ndarray          # the output's bytes from its first to one past its last element
-    cleared: np.ndarray | None  # the whole output, zeroed before a strided kernel writes into it
-    meta: np.ndarray | None     # the strided kernels' layout table (uint32)
-
-    def run(self, arrays: Sequence[np.ndarray], out: np.ndarray) -> float:
-        """Inputs in, dispatch, output out (``arrays`` and ``out`` checked by the caller); returns the
-        dispatch's seconds."""
-        copy = self.copier.copy
-        for view, data in zip(self.inputs, arrays):
-            copy(view, data)
-        seconds = self._dispatch()
-        span = self.result.nbytes  # in place, the output is the input buffer, whole
-        copy(out[:span], self.result)
-        if span < out.nbytes:
-            out[span:] = 0
-        self.stats.count(seconds, sum(map(len, arrays)), out.nbytes)
-        return seconds
-
-    def bound(self, arrays: Sequence[np.ndarray], out: np.ndarray) -> Callable[[], float]:
-        """``run(arrays, out)`` for buffers that stay the same from call to call (a replayed job's
-        views of its slot): each copy is a memoryview assignment prepared here, a memcpy, where a
-        numpy assignment parses its slices and picks a copy loop each time (the device worker's job
-        thread, 1,024-element /v1 requests: its message read -> dispatch 5.6-6.5 -> 4.2-5.3 us, the
-        output copied out 2.1-2.4 -> 0.5 us)."""
-        span = self.result.nbytes
-        if max(span, *map(len, arrays)) >= SPLIT_BYTES:  # a large job: its copies on two threads (host_copy)
-            return partial(self.run, arrays, out)
-        copies = [(memoryview(view), memoryview(data)) for view, data in zip(self.inputs, arrays)]
-        head, result = memoryview(out)[:span], memoryview(self.result)
-        tail = out[span:] if span < out.nbytes else None
-        bytes_in, bytes_out = sum(map(len, arrays)), out.nbytes
-
-        def run() -> float:
-            for view, data in copies:
-                view[:] = data
-            seconds = self._dispatch()
-            head[:] = result
-            if tail is not None:
-                tail[...] = 0
-            self.stats.count(seconds, bytes_in, bytes_out)
-            return seconds
-
-        return run
-
-    def _dispatch(self) -> float:
-        """The dispatch, after what a strided kernel needs written first; its seconds."""
-        if self.cleared is not None:
-            self.cleared[...] = 0  # gaps between strided elements must not leak old data
-        if self.meta is not None:
-            self.meta[...] = self.prepared.meta
-        started = time.perf_counter()
-        self.dispatch()
-        return time.perf_counter() - started
-
-
-@dataclass
-class _Slot:
-    """Buffers of one capacity: inputs, output and the strided kernels' layout table."""
-
-    capacity: int
-    used: int = 0  # the engine's trim epoch at its last use (see Engine.trim)
-    tensors: dict[str, kp.Tensor] = field(default_factory=dict)
-    views: dict[str, np.ndarray] = field(default_factory=dict)   # uint8 views of mapped memory
-
-
-class Engine:
+class Engine(DispatchGeometry):
     def __init__(self, settings: Settings | None = None, copier: Copier | None = None) -> None:
         self.settings = settings = settings or Settings()
         self.device: PhysicalDevice = choose(physical_devices(), settings.device)
@@ -212,28 +59,9 @@ class Engine:
         self.slot_import_bytes = self.tuning.slot_import_bytes if settings.slot_import == "auto" else None
         extensions = [FLOAT_CONTROLS_EXTENSION] if self.nan_preserving_widths else []
         self._mgr = kp.Manager(self.device.index, [], extensions + ([HOST_IMPORT_EXTENSION] if self.slot_import_bytes else []))
-        props = self._mgr.get_device_properties()
-        self.max_workgroup_count = int(props["max_work_group_count"][0])
-        # The patched kp enables the KERNEL_FEATURES the device reports (scripts/build-kp.sh); the
-        # native 64-bit kernels use them unless Settings.native_64bit turns them off.
-        self.features_enabled = frozenset(f for f in KERNEL_FEATURES if f in self.device.features)
-        self.kernel_features = self.features_enabled if settings.native_64bit else frozenset()
+        DispatchGeometry.__init__(self, self.device, self.tuning, settings, self._mgr.get_device_properties())
         self.memory = settings.memory if settings.memory != "auto" else self.tuning.memory
-        # Settings.local_size within the device's workgroup limits (kernels specialise on it).
-        self.local_size = workgroup_size(settings.local_size, int(props["max_work_group_invocations"]), int(props["max_work_group_size"][0]))
         self._tensor_type = kp.TensorTypes.host if self.memory == "host" else kp.TensorTypes.device
-        # Units (16-byte vectors, or elements when strided) per invocation: 4 on llvmpipe (measured,
-        # device_tuning); a GPU wants one unit per invocation and as many groups as that takes.
-        self.units_per_invocation = self.tuning.units_per_invocation
-        self.reduction_unroll = self.tuning.reduction_unroll
-        self.max_workgroups = min(settings.max_workgroups or self.max_workgroup_count, self.max_workgroup_count)
-        self.max_reduction_workgroups = (
-            min(self.max_workgroups, CPU_GROUPS_PER_CORE * (os.cpu_count() or 1)) if self.tuning.cpu_workgroups else self.max_workgroups
-        )
-        # A binding may not exceed maxStorageBufferRange; the packed kernels read whole 16-byte
-        # vectors, so a tensor leaves one vector of slack below it.
-        self._max_binding = self.device.max_storage_buffer_range // UNIT_BYTES * UNIT_BYTES
-        self.max_tensor_bytes = min(settings.max_tensor_bytes or self._max_binding, self._max_binding - UNIT_BYTES)
         self._compiler = ShaderCompiler(settings)
         self._spirv: dict[Variant, bytes] = {}
         self._slots: OrderedDict[int, _Slot] = OrderedDict()
@@ -388,7 +216,7 @@ class Engine:
         def make(views: list[kp.Tensor]) -> tuple[kp.Algorithm, kp.Sequence]:
             units = max(view.size() for view in views) * 4 // UNIT_BYTES
             spec = np.array([self.local_size], np.uint32)
-            algorithm = self._mgr.algorithm(views, self.variant_spirv(variant), (self.workgroups(units), 1, 1), spec, _words([]))
+            algorithm = self._mgr.algorithm(views, self.variant_spirv(variant), (self.workgroups(units), 1, 1), spec, push_words([]))
             try:
                 seq = self._mgr.sequence()
                 seq.record(kp.OpAlgoDispatch(algorithm, push))
@@ -494,115 +322,23 @@ class Engine:
         algorithm, groups = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
         return Prepared(algorithm, push, slot, meta, clear and not in_place, groups)
 
-    def dispatch_shape(self, op: OperatorDesc) -> tuple[Variant, np.ndarray, list[int] | None, bool, int | None]:
-        """``op``'s kernel variant, push constants, meta table (strided layouts), whether its output has
-        gaps to clear, and its workgroup count (None for elementwise kernels: the buffers' capacity
-        decides, see ``workgroups``)."""
-        if isinstance(op, ReductionDesc):
-            return self._reduction(op)
-        layout = coalesce((*op.inputs, op.output))
-        variant = Variant(op.kernel(), op.shader_dtype(self.kernel_features), layout.kind, len(op.inputs))
-        push = _words([layout.count, len(layout.sizes), *op.shader_params()])
-        return variant, push, None if layout.packed else layout.meta_words(), not layout.packed, None
-
     def variant_spirv(self, variant: Variant) -> bytes:
         spirv = self._spirv.get(variant)
         if spirv is None:
             spirv = self._spirv[variant] = self._device_module(self._compiler.spirv(variant))
         return spirv
 
-    def dispatch_workgroups(self, op: OperatorDesc) -> int:
-        """The workgroup count of ``op``'s dispatch (what ``prepare(op).workgroups`` says), worked out
-        without creating anything: the device worker picks an engine by it."""
-        if isinstance(op, ReductionDesc):
-            return self._reduction(op)[4]
-        unit = UNIT_BYTES if coalesce((*op.inputs, op.output)).packed else op.data_type.info.size
-        return self.workgroups(self._capacity(op) // unit)
-
-    def _capacity(self, op: OperatorDesc) -> int:
-        """The buffer slot an execution of ``op`` uses: its largest tensor's size bucket, plus the packed
-        kernels' one vector of slack."""
-        return min(bucket(max(d.total_bytes for d in (*op.inputs, op.output)) + UNIT_BYTES), self._max_binding)
-
-    def workgroups(self, units: int) -> int:
-        """Workgroups of an elementwise dispatch over ``units`` (16-byte units, or elements when
-        strided): enough to cover them at units_per_invocation each, within max_workgroups."""
-        return max(1, min(-(-units // (self.local_size * self.units_per_invocation)), self.max_workgroups))
-
     def _device_module(self, spirv: bytes) -> bytes:
         """The module as this device runs it: with SignedZeroInfNanPreserve where it keeps NaN."""
         return preserve_nan(spirv, self.nan_preserving_widths) if self.nan_preserving_widths else spirv
 
-    def algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_words: int) -> kp.Algorithm:
+    def algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_count: int) -> kp.Algorithm:
         """Another kernel on the engine's device and buffers (the benchmark's copy shader)."""
         spec = np.array([self.local_size], np.uint32)
-        return self._mgr.algorithm(tensors, self._device_module(spirv), (groups, 1, 1), spec, np.zeros(push_words, np.uint32))
+        return self._mgr.algorithm(tensors, self._device_module(spirv), (groups, 1, 1), spec, np.zeros(push_count, np.uint32))
 
     def sequence(self) -> kp.Sequence:
         return self._mgr.sequence()
-
-    def _reduction(self, op: ReductionDesc) -> tuple[Variant, np.ndarray, list[int] | None, bool, int]:
-        """A reduction's variant, push constants, meta table (strided layouts), whether the output
-        must be cleared first (it has gaps), and workgroup count."""
-        if not self.device.subgroup_reductions:
-            raise UnsupportedOnDevice(f"{op.type_name()} needs subgroup shuffles in compute shaders; {self.device.name} lacks them", "Type")
-        rl = row_layout((*op.inputs, op.output), op.reduced_axes())
-        variant = Variant(op.kernel(), op.shader_dtype(self.kernel_features), rl.kind, len(op.inputs), op.kind, self.reduction_unroll)
-        cluster, groups = self._row_split(rl, op.data_type.info.size)
-        push = _words([rl.rows, rl.row_len, cluster, rl.row_stride, len(rl.outer), len(rl.inner)])
-        clear = op.output.strides != packed_strides(op.output.Sizes)
-        return variant, push, None if rl.packed else rl.meta_words(), clear, groups
-
-    def _row_split(self, rl: RowLayout, itemsize: int) -> tuple[int, int]:
-        """(lanes per row, workgroups) of a reduction. Lanes per row is a power of two up to the
-        subgroup size, about two loads (16-byte units when packed) per lane, or 1 when neighbouring
-        rows are neighbours in memory; 0 is a whole workgroup per row (long rows on a GPU, or on a
-        CPU long rows too few to keep every core busy). The workgroups cover the rows once, rounded up
-        to three significant bits (so that few pipelines serve all row counts) and capped by
-        ``max_workgroups`` (fewer on a CPU); the kernel's grid-stride loop does the rest. On llvmpipe
-        every invocation stays within its loop budget (device_tuning); a row too long for that is refused."""
-        subgroup, local, unroll = self.device.subgroup_size, self.local_size, self.reduction_unroll
-        per_item = UNIT_BYTES // itemsize if rl.packed else 1        # elements per loop step
-        items = -(-rl.row_len // per_item)
-        loose = 2 * (per_item - 1) if rl.packed else 0                # elements before and after the units
-
-        inner_index = len(rl.inner) + 1 if len(rl.inner) > 1 else 0   # strided index loops, per element
-        outer_index = len(rl.outer) + 1                                  # and per row
-
-        def iterations(lanes: int) -> int:
-            """Loop iterations of one invocation per row: two sweeps (each with its remainder, loose
-            elements, exits and the strided index loops), the butterfly, the workgroup's fold."""
-            mine = -(-items // lanes)
-            sweep = -(-mine // unroll) + unroll + -(-loose // lanes) + 3
-            sweep += mine * per_item if unroll == 1 and rl.packed else 0   # the rolled unit loop
-            sweep += mine * inner_index + outer_index if not rl.packed else 0
-            fold = -(-local // max(subgroup, 1)) if lanes == local else 0
-            return 2 * sweep + 8 + fold
-
-        if rl.rows_contiguous and rl.rows >= 8 * subgroup:
-            cluster = 1
-        else:
-            cluster = min(1 << (-(-items // 2) - 1).bit_length(), subgroup)
-        budget = self.tuning.loop_budget
-        if self.tuning.cpu_workgroups:
-            idle = -(-rl.rows // (local // cluster)) < (os.cpu_count() or 1)
-            whole = (budget is not None and iterations(cluster) > budget // 2) or (idle and rl.row_len >= CPU_WORKGROUP_ROW_LEN)
-        else:
-            whole = rl.row_len >= WORKGROUP_ROW_LEN
-        lanes = local if whole else cluster
-        groups = -(-rl.rows // (local // lanes))
-        step = 1 << max(groups.bit_length() - 3, 0)
-        groups = min(-(-groups // step) * step, self.max_reduction_workgroups)
-        if budget is not None:
-            per_row = iterations(lanes)
-            rows_per_invocation = budget // per_row
-            needed = -(-rl.rows // (rows_per_invocation * (local // lanes))) if rows_per_invocation else 0
-            if not rows_per_invocation or needed > self.max_workgroups:
-                raise UnsupportedOnDevice(
-                    f"rows of {rl.row_len} elements, {rl.rows} of them, are beyond what {self.device.driver_name} "
-                    f"runs in one dispatch (its loops stop after 65535 iterations per invocation)", "InputTensor.Sizes")
-            groups = max(groups, needed)
-        return (0 if whole else cluster), max(1, groups)
 
     def _run(self, algorithm: kp.Algorithm, push: np.ndarray, uploads: list[kp.Tensor], output: kp.Tensor) -> None:
         self._seq.clear()
@@ -708,7 +444,7 @@ class Engine:
             units = slot.capacity // (UNIT_BYTES if variant.layout == "PACKED" else itemsize)
             groups = self.workgroups(units)
         spec = np.array([self.local_size], np.uint32)
-        algorithm = self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, _words([]))
+        algorithm = self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, push_words([]))
         self._algorithms[key] = algorithm, groups
         self.stats.pipelines_created += 1
         return algorithm, groups

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import kp
 import numpy as np
 
+from .dispatch_geometry import UNIT_BYTES
+
 log = logging.getLogger("vkact.engine")
-UNIT_BYTES = 16
 MAX_IMPORT_BYTES = (1 << 32) - (1 << 16)  # kp sizes a tensor in 32 bits: a larger slot imports its first 4 GiB
 
 

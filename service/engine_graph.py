@@ -24,6 +24,7 @@ import numpy as np
 
 from .buckets import bucket
 from .descriptors import TensorDesc
+from .dispatch_geometry import UNIT_BYTES, push_words
 from .errors import InvalidRequest, PayloadTooLarge
 from .graph_compiler import FusedStep, GraphPlan, NodeStep, ReductionStep, Value
 from .graph_glsl import PARAM_WORDS
@@ -32,14 +33,9 @@ from .operators import OperatorDesc
 if TYPE_CHECKING:
     from .engine import Buffer, Engine
 
-UNIT_BYTES = 16
-
 
 class GraphRun:
     def __init__(self, engine: Engine, plan: GraphPlan) -> None:
-        from .engine import _words  # the engine's word packing (floats bit-cast, subnormals flushed)
-
-        self._words = _words
         self.engine = engine
         self.program = program = plan.program
         graph = plan.graph
@@ -98,8 +94,8 @@ class GraphRun:
         self.engine.stats.buffers_allocated += 1
         return tensor
 
-    def _algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_words: int) -> kp.Algorithm:
-        algorithm = self.engine.algorithm(tensors, spirv, groups, push_words)
+    def _algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_count: int) -> kp.Algorithm:
+        algorithm = self.engine.algorithm(tensors, spirv, groups, push_count)
         self._algorithms.append(algorithm)
         self.engine.stats.pipelines_created += 1
         return algorithm
@@ -154,7 +150,7 @@ class GraphRun:
             self.views[("input", i)][: array.nbytes] = array
         for words, nodes in self.params:
             for k, n in enumerate(nodes):
-                words[k * PARAM_WORDS : (k + 1) * PARAM_WORDS] = self._words(ops[n].shader_params(), PARAM_WORDS)
+                words[k * PARAM_WORDS : (k + 1) * PARAM_WORDS] = push_words(ops[n].shader_params(), PARAM_WORDS)
         pushes = self._pushes(plan)
         signature = tuple(p.tobytes() for p in pushes)
         if signature != self._recorded_for:

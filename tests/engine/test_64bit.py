@@ -14,7 +14,8 @@ import pytest
 from service.config import Settings
 from service.descriptors import DataType
 from service.descriptors.datatypes import KERNEL_FEATURES
-from service.engine import Engine, _words
+from service.dispatch_geometry import push_words as _words
+from service.engine import Engine
 from service.errors import UnsupportedOnDevice
 from client.buffers import packed_strides
 from service.operators import OPERATORS, parse_operator

@@ -9,7 +9,8 @@ import pytest
 
 from client.buffers import to_buffer
 from service.config import Settings
-from service.engine import Engine, bucket
+from service.buckets import bucket
+from service.engine import Engine
 from service.errors import DescriptorError, InvalidRequest, UnsupportedOnDevice
 from tests.helpers import any_op, assert_matches, make_op, run, view
 

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-import service.engine as engine_module
+import service.dispatch_geometry as geometry_module
 from client.buffers import packed_strides
 from service.descriptors import FeatureLevel
 from service.device_tuning import tuning_for
@@ -236,7 +236,7 @@ def test_workgroup_per_row(engine, monkeypatch, kind, dtype):
     gpu = dataclasses.replace(engine.device, type="discrete-gpu")
     monkeypatch.setattr(engine, "device", gpu)
     monkeypatch.setattr(engine, "tuning", dataclasses.replace(tuning_for(gpu), loop_budget=engine.tuning.loop_budget))
-    monkeypatch.setattr(engine_module, "WORKGROUP_ROW_LEN", 16)
+    monkeypatch.setattr(geometry_module, "WORKGROUP_ROW_LEN", 16)
     rng = np.random.default_rng(len(kind))
     for sizes, axes in [((37, 3000), (1,)), ((5, 3, 700), (0, 2)), ((20, 17), (1,))]:
         x = sample(rng, sizes, dtype, kind)
