@@ -16,12 +16,15 @@
 #      (.gpu/iree, scripts/iree-aot.sh), run with iree-base-runtime alone
 #   f. python -m bench.gpu_tuning: workgroup size x units per invocation, host against device memory
 #   d. tests/service, no validation
+#   i. python -m bench.direct_replay: a large job's replay with its kernel on the request's slot (host memory
+#      imported, VK_EXT_external_memory_host) against the copying replay: what VKACT_SLOT_IMPORT=on would do there
+#   k. the direct-run tests and tests/service with VKACT_SLOT_IMPORT=on (the GPU's kernels on imported host memory)
 # Each step under its own `timeout` (SIGINT first: pytest then prints its summary and writes its junit xml),
 # within VKACT_GPU_BUDGET_S seconds in all (default 450), in that order; a step with too little time left
 # is skipped and says so. The last lines are one summary line per step.
 # env: OUT (default /tmp/gpuout), PYTHON (default python3), VKACT_GPU_LOG2, VKACT_GPU_REPEAT (bench rounds,
 #      default 20), VKACT_GPU_JOBS (pytest-xdist workers, default 8), VKACT_GPU_BUDGET_S, VKACT_GPU_STEPS (default
-#      v,g,h,a,b,c,e,f,d: steps run in this order; a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
+#      v,g,h,a,b,c,e,f,d,i,k: steps run in this order; a rerun of some steps only); extra pytest arguments for the test steps in VKACT_GPU_PYTEST_ARGS
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -38,7 +41,7 @@ REPEAT=${VKACT_GPU_REPEAT:-20}
 JOBS=${VKACT_GPU_JOBS:-8}
 BUDGET=${VKACT_GPU_BUDGET_S:-450}
 WIND_DOWN=15                  # seconds an interrupted step may take to stop (pytest's summary); then SIGKILL
-STEPS=${VKACT_GPU_STEPS:-v,g,h,a,b,c,e,f,d}
+STEPS=${VKACT_GPU_STEPS:-v,g,h,a,b,c,e,f,d,i,k}
 START=$SECONDS
 SITE=/tmp/vkact-site          # the bundle's wheels
 DEBROOT=/tmp/vkact-root       # the bundle's packages other than the loader (into / only the loader goes)
@@ -147,6 +150,9 @@ run "e bench graphs 2^24" 60 graphs.log env PYTHONUNBUFFERED=1 VKACT_IREE_AOT=.g
 if [[ -f bench/RESULTS.md ]]; then cp bench/RESULTS.md "$OUT/RESULTS.md"; fi
 run "f tuning sweep 2^$LOG2" 40 tuning.log env PYTHONUNBUFFERED=1 "$PY" -m bench.gpu_tuning --log2 "$LOG2" --repeat 10
 run "d service" 300 service.log "${PYTEST[@]}" --junitxml="$OUT/junit.d/service.xml" tests/service
+run "i slot import: replays on the slot against copies" 60 direct.log env PYTHONUNBUFFERED=1 "$PY" -m bench.direct_replay --log2 18,20,22,24
+run "k slot import on: direct runs and service" 300 service-slot-import.log env VKACT_SLOT_IMPORT=on \
+  "${PYTEST[@]}" --junitxml="$OUT/junit.d/service-slot-import.xml" tests/engine/test_direct_runs.py tests/service
 # at most 8 files come back: every log but run.log travels in logs.tgz, with the junit files
 (cd "$OUT" && logs=$(ls *.log | grep -v '^run.log$') && tar -czf logs.tgz junit.d $logs && rm -rf junit.d $logs)
 

@@ -16,7 +16,7 @@ class Settings(BaseSettings):
     # Device and engine
     device: str = Field("auto", description="'auto' (first discrete GPU, else first device, lavapipe on a CPU machine), an index, or part of a device name")
     memory: Literal["auto", "host", "device"] = Field("auto", description="kp tensor memory: host (zero copy; the auto choice on CPUs and integrated GPUs) or device (VRAM plus staging; auto on discrete GPUs)")
-    slot_import: Literal["auto", "off"] = Field("auto", description="auto: on a CPU device, a large packed elementwise job's kernel runs on the request's shared-memory slot itself (its pages imported: VK_EXT_external_memory_host), not on copies; off: always on copies in the engine's buffers")
+    slot_import: Literal["auto", "on", "off"] = Field("auto", description="auto: on a CPU device and on NVIDIA's driver on a discrete GPU (where measured), a large packed elementwise job's kernel runs on the request's shared-memory slot itself (its pages imported: VK_EXT_external_memory_host), not on copies; on: on any device that imports host memory, a GPU too (its kernel then reads and writes host memory across its bus: measure first, python -m bench.direct_replay); off: always on copies in the engine's buffers")
     local_size: int = Field(256, ge=32, le=1024, description="workgroup size of every kernel")
     max_workgroups: int = Field(0, ge=0, description="grid-stride cap on workgroups per dispatch; 0 picks one for the device type")
     pool_bytes: int = Field(2 << 30, ge=1 << 20, description="device memory the buffer pool may keep for reuse")

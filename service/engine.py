@@ -26,7 +26,7 @@ import kp
 import numpy as np
 
 from .config import Settings
-from .device_tuning import Tuning, tuning_for
+from .device_tuning import Tuning, slot_import_bytes, tuning_for
 from .dispatch_geometry import META_WORDS, UNIT_BYTES, DispatchGeometry, push_words
 from .engine_direct import DirectRuns
 from .engine_graph import GraphRun
@@ -56,7 +56,7 @@ class Engine(DispatchGeometry):
         if self.tuning.fence_spin_us and "KP_FENCE_SPIN_US" not in os.environ:
             os.environ["KP_FENCE_SPIN_US"] = str(self.tuning.fence_spin_us)
         # jobs from slot_import_bytes run on their slot's own pages where the device imports host memory
-        self.slot_import_bytes = self.tuning.slot_import_bytes if settings.slot_import == "auto" else None
+        self.slot_import_bytes = slot_import_bytes(self.tuning, self.device, settings.slot_import)
         extensions = [FLOAT_CONTROLS_EXTENSION] if self.nan_preserving_widths else []
         self._mgr = kp.Manager(self.device.index, [], extensions + ([HOST_IMPORT_EXTENSION] if self.slot_import_bytes else []))
         DispatchGeometry.__init__(self, self.device, self.tuning, settings, self._mgr.get_device_properties())

@@ -7,7 +7,10 @@ two copies are all the extra they cost: 4-5 ms of a 16 MiB SHRINK request on llv
 3-4 ms. Where the device has VK_EXT_external_memory_host, the slot's mapping is imported as a buffer's
 memory once (kp patch 11: ``Manager.import_host``), each of a job's tensors gets a buffer on its range
 (``Manager.tensor_view``), and a repeated job replays a command buffer recorded on them: nothing is
-copied. ``Tuning.slot_import_bytes`` says where this is used (CPU devices: see device_tuning).
+copied. On a discrete GPU the copying path also moves the tensors through staging memory to the device and back,
+and the kernel on the slot reads and writes host memory across the bus instead (0.10-0.21 of the copying replay's
+time on an H200). ``Tuning.slot_import_bytes`` says where this is used (CPU devices and NVIDIA's discrete GPUs:
+see device_tuning).
 
 Only what runs as one packed elementwise dispatch qualifies (no layout table, no gaps to clear), with
 every tensor a whole number of 16-byte units (the kernels read and write whole units: a partial one would

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from service.device_tuning import (CPU_MAX_BATCH, CPU_SLOT_IMPORT_BYTES, GPU_MAX_BATCH, LLVMPIPE_LOOP_BUDGET, LLVMPIPE_UNITS_PER_INVOCATION,
-                                   LLVMPIPE_UNROLL, NVIDIA_FENCE_SPIN_US, tuning_for, workgroup_size)
+                                   LLVMPIPE_UNROLL, NVIDIA_FENCE_SPIN_US, NVIDIA_SLOT_IMPORT_BYTES, slot_import_bytes, tuning_for, workgroup_size)
 from service.vulkan_probe import PhysicalDevice
 
 BASE = PhysicalDevice(index=0, name="", type="cpu", vendor_id=0, device_id=0, api_version="1.3.0", driver_name="",
@@ -50,11 +50,18 @@ def test_a_gpu_gets_the_gpu_defaults(device, memory):
 
 @pytest.mark.parametrize("device", [LLVMPIPE, SWIFTSHADER, DISCRETE, INTEGRATED], ids=["llvmpipe", "swiftshader", "discrete", "integrated"])
 @pytest.mark.parametrize("alignment", [0, 4096], ids=["no import", "imports"])
-def test_jobs_run_on_their_slots_pages_only_on_a_cpu_that_imports_host_memory(device, alignment):
-    """A CPU device's memory is the host's: the import saves the copies there (measured on llvmpipe). A GPU
-    copies: a discrete one would read the imported pages over its bus, an integrated one is unmeasured."""
+def test_jobs_run_on_their_slots_pages_where_measured_to_gain(device, alignment):
+    """A CPU device's memory is the host's: the import saves the copies there (measured on llvmpipe). On
+    NVIDIA's driver on a discrete GPU it saves the staging copies and transfers (measured on an H200). Other
+    GPUs copy: unmeasured. Without the import nobody does."""
     t = tuning_for(dataclasses.replace(device, host_import_alignment=alignment))
-    assert t.slot_import_bytes == (CPU_SLOT_IMPORT_BYTES if device.is_cpu and alignment else None)
+    measured = CPU_SLOT_IMPORT_BYTES if device.is_cpu else NVIDIA_SLOT_IMPORT_BYTES if device is DISCRETE else None
+    assert t.slot_import_bytes == (measured if alignment else None)
+    # VKACT_SLOT_IMPORT: auto as above; on wherever the device imports host memory (a GPU too); off never
+    described = dataclasses.replace(device, host_import_alignment=alignment)
+    assert slot_import_bytes(t, described, "auto") == t.slot_import_bytes
+    assert slot_import_bytes(t, described, "on") == ((measured or CPU_SLOT_IMPORT_BYTES) if alignment else None)
+    assert slot_import_bytes(t, described, "off") is None
 
 
 @pytest.mark.parametrize("wanted, invocations, size_x, expected", [

@@ -98,9 +98,11 @@ def test_catalog_and_device(http):
     assert device["feature_level"] == "DML_FEATURE_LEVEL_6_4"
     # NaN kept by request where the device offers it (all of lavapipe, SwiftShader and NVIDIA's do)
     assert device["nan_preserving_widths"] == (list(probed.nan_preserving_widths) if probed.preserves_nan else [])
-    # large jobs on their slot's own pages: the device's measured size where it imports host memory (CPU), else never
-    from service.device_tuning import tuning_for
-    assert device["slot_import_bytes"] == tuning_for(probed).slot_import_bytes
+    # large jobs on their slot's own pages: the device's measured size where it imports host memory (CPU), else
+    # never, unless VKACT_SLOT_IMPORT says otherwise
+    from service.config import Settings
+    from service.device_tuning import slot_import_bytes, tuning_for
+    assert device["slot_import_bytes"] == slot_import_bytes(tuning_for(probed), probed, Settings().slot_import)
 
 
 @pytest.mark.parametrize("encoding", ["binary", "json"])
