@@ -30,13 +30,19 @@ from .kernels import make_op
 PAGE = 4096
 
 
+def _page(engine: Engine) -> int:
+    """The layout's unit: a page, or the device's import alignment where larger (a range past the imported
+    part of the mapping would copy)."""
+    return max(PAGE, engine.device.host_import_alignment)
+
+
 def _replays(engine: Engine, log2: int, region: np.ndarray) -> tuple[Callable[[], object], Callable[[], object], Callable[[], None]]:
     """The copying and the direct replayer of one SHRINK job in ``region`` and a check of its answer."""
     n = 1 << log2
     nbytes = 4 * n
     op = make_op("shrink", n)
     key = pickle.dumps(op)
-    out_at = -(-nbytes // PAGE) * PAGE
+    out_at = -(-nbytes // _page(engine)) * _page(engine)
     x, out = region[:nbytes], region[out_at : out_at + nbytes]
     values = np.random.default_rng(log2).standard_normal(n).astype(np.float32)
     x[:] = values.view(np.uint8)
@@ -77,7 +83,7 @@ def main() -> None:
     try:
         for log2 in (int(v) for v in args.log2.split(",")):
             nbytes = 4 << log2
-            size = 2 * (-(-nbytes // PAGE) * PAGE)
+            size = 2 * (-(-nbytes // _page(engine)) * _page(engine))
             mm = mmap.mmap(-1, size)
             region = np.frombuffer(mm, np.uint8)
             copying = direct = check = None

@@ -73,8 +73,8 @@ HTTP_STAGES: list[tuple[str, str]] = [
 ]
 LEAF_ONLY = {EVENT_LOOP}   # stages of a frame's own time only: every stack has the loop at its root
 WORKER_STAGES: list[tuple[str, str]] = [
-    ("dispatch: inputs in, submit, fence, output out (kp, lavapipe)", r"_Plan\.run \(engine\.py"),
-    ("engine: plan and cache look-up, checks", r"engine\.py|layout\.py|buckets\.py|operators/|descriptors/"),
+    ("dispatch: inputs in, submit, fence, output out (kp, lavapipe)", r"_Plan\.(run|_dispatch) \(engine_plan\.py"),
+    ("engine: plan and cache look-up, checks", r"engine(_plan|_direct|_graph)?\.py|dispatch_geometry\.py|layout\.py|buckets\.py|operators/|descriptors/"),
     ("answer: socket write (framing)", r"(write|send|encode\w*) \(framing\.py"),
     ("receive: socket read and decode (framing)", r"framing\.py"),
     ("job handling and batching (worker_process)", r"worker_process\.py"),

@@ -76,7 +76,9 @@ def test_profile_stage_rules(frames: list[str], stage: str) -> None:
 def test_worker_stage_rules() -> None:
     rules = [(name, re.compile(p)) for name, p in profile.WORKER_STAGES]
     root = ["worker_main (worker_process.py:200)", "_Engines.go (worker_process.py:150)"]
-    assert profile._stage([*root, "Engine.execute (engine.py:300)", "_Plan.run (engine.py:136)"], rules).startswith("dispatch")
+    assert profile._stage([*root, "Engine.execute (engine.py:300)", "_Plan.run (engine_plan.py:38)"], rules).startswith("dispatch")
+    assert profile._stage([*root, "Engine.execute (engine.py:300)", "DispatchGeometry.dispatch_shape (dispatch_geometry.py:100)"],
+                          rules).startswith("engine")
     assert profile._stage([*root, "Reader.next (framing.py:70)", "Reader._fill (framing.py:80)"], rules).startswith("receive")
     assert profile._stage([*root, "write (framing.py:40)"], rules).startswith("answer")
 

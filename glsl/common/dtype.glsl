@@ -27,8 +27,8 @@
 // PARAM_UINT(i); a 64-bit one takes two words, low first, at an EVEN word index i (8-byte aligned in
 // the block): PARAM_F64(i) (double, native F64 only), PARAM_I64(i)/PARAM_U64(i) (int64_t/uint64_t,
 // native I64/U64 only), PARAM_U64V(i) (uvec2, any variant). The host side: OperatorDesc.shader_params()
-// returns a numpy float64 for a double, numpy int64/uint64 for a 64-bit integer (service/engine.py
-// _words packs them and refuses one at an odd index); a Python float is a float32 word, a Python int a
+// returns a numpy float64 for a double, numpy int64/uint64 for a 64-bit integer (service/dispatch_geometry.py
+// push_words packs them and refuses one at an odd index); a Python float is a float32 word, a Python int a
 // uint32 word.
 #ifndef VKACT_DTYPE
 #define VKACT_DTYPE

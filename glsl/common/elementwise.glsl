@@ -14,7 +14,7 @@
 #define INPUTS 1
 #endif
 #define MAX_DIMS 8u
-#define PARAM_WORDS 14  // service/engine.py PUSH_WORDS - 2
+#define PARAM_WORDS 14  // service/dispatch_geometry.py PUSH_WORDS - 2
 
 layout(local_size_x_id = 0) in;
 

@@ -14,7 +14,7 @@ import pytest
 from service.config import Settings
 from service.descriptors import DataType
 from service.descriptors.datatypes import KERNEL_FEATURES
-from service.dispatch_geometry import push_words as _words
+from service.dispatch_geometry import push_words
 from service.engine import Engine
 from service.errors import UnsupportedOnDevice
 from client.buffers import packed_strides
@@ -73,12 +73,12 @@ def test_a_type_without_a_kernel_names_the_missing_feature():
 
 
 def test_push_constants_carry_64_bit_values_in_two_words():
-    words = _words([7, 2, np.float64(0.1), np.uint64(2**64 - 3), 9])
+    words = push_words([7, 2, np.float64(0.1), np.uint64(2**64 - 3), 9])
     assert words[2:4].view(np.float64)[0] == 0.1
     assert int(words[4:6].view(np.uint64)[0]) == 2**64 - 3
     assert words[6] == 9
     with pytest.raises(ValueError, match="even word"):
-        _words([7, 2, 1, np.float64(0.5)])
+        push_words([7, 2, 1, np.float64(0.5)])
 
 
 # -- Shrink ------------------------------------------------------------------------------------------

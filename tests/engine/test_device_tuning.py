@@ -61,6 +61,8 @@ def test_jobs_run_on_their_slots_pages_where_measured_to_gain(device, alignment)
     described = dataclasses.replace(device, host_import_alignment=alignment)
     assert slot_import_bytes(t, described, "auto") == t.slot_import_bytes
     assert slot_import_bytes(t, described, "on") == ((measured or CPU_SLOT_IMPORT_BYTES) if alignment else None)
+    own = dataclasses.replace(t, slot_import_bytes=3 << 20)  # 'on' keeps a device's own size where it has one
+    assert slot_import_bytes(own, described, "on") == (3 << 20 if alignment else None)
     assert slot_import_bytes(t, described, "off") is None
 
 
