@@ -6,8 +6,9 @@ What ``Tuning.slot_import_bytes`` rests on: on a CPU device both run on the same
 the import saves; on a discrete GPU the copying replay also moves the tensors to and from device memory, and
 the kernel on the slot reads and writes host memory across the bus. The engine runs with ``slot_import`` 'on'
 (any device that imports host memory), as the device worker replays a job: SHRINK on packed FLOAT32, the input
-and the output in one anonymous shared mapping, each replay's answer checked against the float64 reference.
-Rounds alternate the two replays; prints a markdown table of the median milliseconds per replay.
+and the output in one anonymous shared mapping, each replayer's answer checked against the float64 reference
+before and after the timed rounds. Rounds alternate the two replays; prints a markdown table of the median
+milliseconds per replay.
 
     python -m bench.direct_replay [--log2 18,20,22,24] [--rounds 10] [--repeat 5]
 """
