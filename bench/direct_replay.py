@@ -38,12 +38,13 @@ def _page(engine: Engine) -> int:
 
 
 def _replays(engine: Engine, log2: int, region: np.ndarray) -> tuple[Callable[[], object], Callable[[], object], Callable[[], None]]:
-    """The copying and the direct replayer of one SHRINK job in ``region`` and a check of its answer."""
+    """The copying and the direct replayer of one SHRINK job in ``region`` (the input in its first half, the
+    output in its second) and a check of its answer."""
     n = 1 << log2
     nbytes = 4 * n
     op = make_op("shrink", n)
     key = pickle.dumps(op)
-    out_at = -(-nbytes // _page(engine)) * _page(engine)
+    out_at = region.nbytes // 2
     x, out = region[:nbytes], region[out_at : out_at + nbytes]
     values = np.random.default_rng(log2).standard_normal(n).astype(np.float32)
     x[:] = values.view(np.uint8)
@@ -55,7 +56,6 @@ def _replays(engine: Engine, log2: int, region: np.ndarray) -> tuple[Callable[[]
     want = op.reference(values.astype(np.float64)).astype(np.float32)
 
     def check() -> None:
-        out[:] = 0xAB
         got = out.view(np.float32)
         for replay in (copying, direct):
             out[:] = 0xAB
@@ -84,8 +84,8 @@ def main() -> None:
     try:
         for log2 in (int(v) for v in args.log2.split(",")):
             nbytes = 4 << log2
-            size = 2 * (-(-nbytes // _page(engine)) * _page(engine))
-            mm = mmap.mmap(-1, size)
+            page = _page(engine)
+            mm = mmap.mmap(-1, 2 * (-(-nbytes // page) * page))
             region = np.frombuffer(mm, np.uint8)
             copying = direct = check = None
             try:

@@ -26,7 +26,7 @@ import kp
 import numpy as np
 
 from .config import Settings
-from .device_tuning import Tuning, slot_import_bytes, tuning_for
+from .device_tuning import slot_import_bytes, tuning_for
 from .dispatch_geometry import META_WORDS, UNIT_BYTES, DispatchGeometry, push_words
 from .engine_direct import DirectRuns
 from .engine_graph import GraphRun
@@ -38,7 +38,7 @@ from .limits import MAX_GRAPH_RUNS, MAX_PLANS
 from .operators import OperatorDesc
 from .shaders import ShaderCompiler, Variant, all_variants
 from .spirv_float_controls import preserve_nan
-from .vulkan_probe import FLOAT_CONTROLS_EXTENSION, HOST_IMPORT_EXTENSION, PhysicalDevice, choose, physical_devices
+from .vulkan_probe import FLOAT_CONTROLS_EXTENSION, HOST_IMPORT_EXTENSION, choose, physical_devices
 
 Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuffer reads
 
@@ -46,20 +46,21 @@ Buffer = Union[bytes, bytearray, memoryview, np.ndarray]  # anything np.frombuff
 class Engine(DispatchGeometry):
     def __init__(self, settings: Settings | None = None, copier: Copier | None = None) -> None:
         self.settings = settings = settings or Settings()
-        self.device: PhysicalDevice = choose(physical_devices(), settings.device)
+        device = choose(physical_devices(), settings.device)
         self._owner = threading.get_ident()
         # SignedZeroInfNanPreserve where the device offers it (spirv_float_controls: a compiler may
         # otherwise assume no NaN or Inf); its extension must be enabled for a module to declare it.
-        self.nan_preserving_widths = self.device.nan_preserving_widths if self.device.preserves_nan else ()
-        self.tuning: Tuning = tuning_for(self.device)
+        self.nan_preserving_widths = device.nan_preserving_widths if device.preserves_nan else ()
+        tuning = tuning_for(device)
         # kp reads KP_FENCE_SPIN_US once per process, at its first wait: the device's default goes in first
-        if self.tuning.fence_spin_us and "KP_FENCE_SPIN_US" not in os.environ:
-            os.environ["KP_FENCE_SPIN_US"] = str(self.tuning.fence_spin_us)
+        if tuning.fence_spin_us and "KP_FENCE_SPIN_US" not in os.environ:
+            os.environ["KP_FENCE_SPIN_US"] = str(tuning.fence_spin_us)
         # jobs from slot_import_bytes run on their slot's own pages where the device imports host memory
-        self.slot_import_bytes = slot_import_bytes(self.tuning, self.device, settings.slot_import)
+        self.slot_import_bytes = slot_import_bytes(tuning, device, settings.slot_import)
         extensions = [FLOAT_CONTROLS_EXTENSION] if self.nan_preserving_widths else []
-        self._mgr = kp.Manager(self.device.index, [], extensions + ([HOST_IMPORT_EXTENSION] if self.slot_import_bytes else []))
-        DispatchGeometry.__init__(self, self.device, self.tuning, settings, self._mgr.get_device_properties())
+        self._mgr = kp.Manager(device.index, [], extensions + ([HOST_IMPORT_EXTENSION] if self.slot_import_bytes else []))
+        # self.device, self.tuning and the dispatch limits
+        DispatchGeometry.__init__(self, device, tuning, settings, self._mgr.get_device_properties())
         self.memory = settings.memory if settings.memory != "auto" else self.tuning.memory
         self._tensor_type = kp.TensorTypes.host if self.memory == "host" else kp.TensorTypes.device
         self._compiler = ShaderCompiler(settings)
