@@ -35,7 +35,7 @@ failed=()
 run() {
   local name=$1 icd=$2 memory=$3; shift 3
   [[ -z $ONLY || ,$ONLY, == *,$name,* ]] || return 0
-  local suite=() args=("$@") i
+  local suite=() args=("$@") i status=0
   for ((i = 0; i < ${#args[@]}; i++)); do  # the report's "suite": the paths, and a -m selection as given
     [[ ${args[i]} == tests/* && ${args[i]} != *::* ]] && suite+=("${args[i]}")
     [[ ${args[i]} == -m ]] && suite+=("-m '${args[i + 1]}'")
@@ -45,8 +45,26 @@ run() {
   ( ulimit -v "$ADDRESS_SPACE_KB"
     VK_ICD_FILENAMES=$icd VK_DRIVER_FILES=$icd VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host,device \
     VKACT_MEMORY=$memory VKACT_RUN_REPORT=$OUT/$name.json VKACT_RUN_SUITE="${suite[*]}" \
-    timeout -k 30 "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider "$@" "${EXTRA[@]}" ) || failed+=("$name")
+    timeout -k 30 "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider "$@" "${EXTRA[@]}" ) || status=$?
   printf '    %s: %d s\n' "$name" $((SECONDS - started))
+  return "$status"
+}
+
+# beside NAME ICD SERVICE_MEMORY SUITE... : `run` in the background, its output kept in $OUT/NAME.log and
+# printed whole by `await_beside`, which waits for every run started so (their reports are each their own)
+beside=()
+beside() {
+  run "$@" >"$OUT/$1.log" 2>&1 &
+  beside+=("$!:$1")
+}
+await_beside() {
+  local entry pid name
+  for entry in ${beside[@]+"${beside[@]}"}; do
+    IFS=: read -r pid name <<<"$entry"
+    wait "$pid" || failed+=("$name")
+    cat "$OUT/$name.log"
+  done
+  beside=()
 }
 
 EXTRA=("$@")
@@ -55,11 +73,16 @@ EXTRA=("$@")
 # `make test` covers host memory), in host memory on SwiftShader; less the tests marked driver_independent
 # (tests/conftest.py: refused or cut before a kernel runs, or no device at all), which `make test` runs and
 # which would assert the same here again.
+# The two engine runs go side by side: each is one pytest process that keeps about one CPU busy (lavapipe's:
+# 85% of one, 2026-11-27), so on CI's two CPUs one after the other left one idle. The service runs stay one
+# at a time: their servers spread over both CPUs, and their liveness and load tests need them.
 SERVICE=(tests/service tests/client tests/descriptors -m "not driver_independent")
-run lavapipe-engine "$LAVAPIPE" auto tests/engine tests/conformance tests/glsl
-run lavapipe-service "$LAVAPIPE" device "${SERVICE[@]}"
-run swiftshader-engine "$SWIFTSHADER" auto tests/engine tests/conformance tests/glsl
-run swiftshader-service "$SWIFTSHADER" host "${SERVICE[@]}"
+ENGINE=(tests/engine tests/conformance tests/glsl)
+beside lavapipe-engine "$LAVAPIPE" auto "${ENGINE[@]}"
+beside swiftshader-engine "$SWIFTSHADER" auto "${ENGINE[@]}"
+await_beside
+run lavapipe-service "$LAVAPIPE" device "${SERVICE[@]}" || failed+=(lavapipe-service)
+run swiftshader-service "$SWIFTSHADER" host "${SERVICE[@]}" || failed+=(swiftshader-service)
 
 "$PY" scripts/tested_on.py "$OUT"/*.json
 if ((${#failed[@]})); then
