@@ -1,6 +1,6 @@
 """Request bytes in flight within one budget (service/inflight.py, VKACT_INFLIGHT_BYTES): 32 compressed
 bombs at once, over HTTP and over gRPC, each refused (413 / RESOURCE_EXHAUSTED) while the HTTP process's
-peak memory grows by less than 300 MB and liveness probes sent meanwhile are answered; a normal compressed
+peak memory grows by no more than the budget and liveness probes sent meanwhile are answered; a normal compressed
 request served after them, the budget given back after every failure. Latency under the bombs
 is a figure of the benchmark (bench/liveness.py), never asserted here."""
 from __future__ import annotations
@@ -38,7 +38,6 @@ from tests.service.test_process_faults import gauge
 pytestmark = pytest.mark.driver_independent
 
 BOMBS = 32
-GROWTH_BOUND = 300 << 20
 BUDGET_SLACK = 32 << 20  # beyond the budget: the compressed bodies, a step of output per inflating thread
 
 
@@ -93,7 +92,12 @@ def test_a_body_is_inflated_within_the_budget(coding, pack):
 # -- bombs against a real server ---------------------------------------------------------------------
 
 
-BODY_LIMIT = 256 << 20  # VKACT_MAX_BODY_BYTES's default: what the issue measured against
+# VKACT_MAX_BODY_BYTES, and so the budget: a quarter of the default (256 MiB, what the issue measured). Every
+# bomb is inflated up to the limit to be counted (0.6 s of CPU at 256 MiB: 32 of them made each test 40-50 s
+# of CI's); without the budget, 32 bombs inflating step by step would keep up to 32 limits' worth (the issue's
+# 1.4 GB), which the bound of the budget and its slack tells apart at any limit.
+BODY_LIMIT = 64 << 20
+GROWTH_BOUND = BODY_LIMIT + BUDGET_SLACK
 
 
 def http_bombs() -> dict[str, tuple[bytes, str]]:
@@ -180,7 +184,7 @@ def reset_peak(pid: int) -> int:
     return peak_rss(pid)
 
 
-def test_32_gzip_bombs_at_once_are_each_413_within_300_mb(bombed):
+def test_32_gzip_bombs_at_once_are_each_413_within_the_budget(bombed):
     """The issue's case: gzip bombs, whose trailers announce more than the limit, are only counted: the
     process's peak grows by a few megabytes (it grew by 1.4 GB before the budget)."""
     before = reset_peak(bombed.process.pid)
@@ -202,12 +206,12 @@ def test_32_bombs_without_a_true_size_are_each_413_within_the_budget(bombed):
     print(f"{BOMBS} deflate and lying gzip bombs: peak memory +{grown >> 20} MiB, {probes} probes answered")
     assert len(answers) == BOMBS and all(status == 413 for _, status in answers), answers
     assert probes >= 1
-    assert grown < BODY_LIMIT + BUDGET_SLACK, f"the HTTP process's peak memory grew by {grown >> 20} MiB"
+    assert grown < GROWTH_BOUND, f"the HTTP process's peak memory grew by {grown >> 20} MiB"
     assert_served(bombed)
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/nghttp"), reason="nghttp2-client (scripts/setup.sh installs it)")
-def test_32_grpc_bombs_at_once_are_each_refused_within_300_mb(bombed):
+def test_32_grpc_bombs_at_once_are_each_refused_within_the_budget(bombed):
     """gzip and deflate messages (from grpcio's clients, or any) inflating past the message limit: each
     RESOURCE_EXHAUSTED; half are deflate, kept while the budget has room, so the bound is the budget's."""
     before = reset_peak(bombed.process.pid)
