@@ -52,19 +52,19 @@ run() {
 
 # beside NAME ICD SERVICE_MEMORY SUITE... : `run` in the background, its output kept in $OUT/NAME.log and
 # printed whole by `await_beside`, which waits for every run started so (their reports are each their own)
-beside=()
+running=()  # pid:name of each run started by `beside`
 beside() {
   run "$@" >"$OUT/$1.log" 2>&1 &
-  beside+=("$!:$1")
+  running+=("$!:$1")
 }
 await_beside() {
   local entry pid name
-  for entry in ${beside[@]+"${beside[@]}"}; do
+  for entry in ${running[@]+"${running[@]}"}; do
     IFS=: read -r pid name <<<"$entry"
     wait "$pid" || failed+=("$name")
     cat "$OUT/$name.log"
   done
-  beside=()
+  running=()
 }
 
 EXTRA=("$@")
