@@ -31,10 +31,15 @@ from .jobs import (LARGE, Facts, GraphResult, Job, Repeatable, Result, Source, T
                    lay_out)
 from .operators import OperatorDesc
 from .slots import SlotPool
+from .supervisor import STABLE_S
 from .worker_process import worker_main
 
 log = logging.getLogger("vkact.worker")
 from .limits import BATCH_BYTES
+# A worker that dies before it has served STABLE_S (the supervisor's measure for the HTTP process) is
+# restarted after a delay that doubles with each such death in a row, so that a device failing at every
+# start is not restarted in a tight loop; a death after that long starts the count again.
+FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S = 0.2, 5.0
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
 from .limits import IN_FLIGHT
 from .limits import OPS_CACHED
@@ -74,6 +79,8 @@ class DeviceWorker:
         self._watchdog: asyncio.TimerHandle | None = None
         self._closing = False
         self._started_at = 0.0                      # monotonic time of the worker's start
+        self._ready_at: float | None = None          # and of its ready report, None until it came
+        self._quick_exits = 0                        # deaths in a row, each before STABLE_S of service
         self.pinned_cpu: int | None = None           # the event loop's CPU, when pinned
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -117,6 +124,7 @@ class DeviceWorker:
                                  name="vkact-device", daemon=True)
         self._proc.start()
         self._started_at = time.monotonic()
+        self._ready_at = None
         jobs_in.close()
         replies_out.close()
         loop = self._loop = asyncio.get_running_loop()
@@ -452,6 +460,7 @@ class DeviceWorker:
         if kind == "ready":
             self.info = msg[1]
             self._pin_loop(self.info["pinned_cpu"])
+            self._ready_at = time.monotonic()
             self._ready.set()
             log.info("device worker ready: %s", self.info["device"]["name"])
             return
@@ -540,8 +549,11 @@ class DeviceWorker:
         if self._closing:
             return
         self.restarts += 1
-        log.error("device worker exited with code %s; restarting (restart %d)", code, self.restarts)
-        loop.call_later(min(0.1 * 2 ** min(self.restarts, 6), 5.0), self.start)
+        served = self._ready_at is not None and time.monotonic() - self._ready_at >= STABLE_S
+        self._quick_exits = 1 if served else self._quick_exits + 1
+        delay = min(FIRST_RESTART_DELAY_S * 2 ** min(self._quick_exits - 1, 5), MAX_RESTART_DELAY_S)  # 0.2 * 32 > 5
+        log.error("device worker exited with code %s; restarting in %.1f s (restart %d)", code, delay, self.restarts)
+        loop.call_later(delay, self.start)
 
 
 def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
