@@ -77,6 +77,7 @@ class DeviceWorker:
         self._ready = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None  # kept: each get_running_loop() is a getpid() on 3.11
         self._watchdog: asyncio.TimerHandle | None = None
+        self._restart: asyncio.TimerHandle | None = None  # the start of the next worker, after a death
         self._closing = False
         self._started_at = 0.0                      # monotonic time of the worker's start
         self._ready_at: float | None = None          # and of its ready report, None until it came
@@ -178,6 +179,8 @@ class DeviceWorker:
         self._closing = True
         if self._watchdog:
             self._watchdog.cancel()
+        if self._restart:  # closed while a dead worker's restart waits: none is started after
+            self._restart.cancel()
         loop = asyncio.get_running_loop()
         if self._proc is not None:
             loop.remove_reader(self._proc.sentinel)
@@ -553,7 +556,7 @@ class DeviceWorker:
         self._quick_exits = 1 if served else self._quick_exits + 1
         delay = min(FIRST_RESTART_DELAY_S * 2 ** min(self._quick_exits - 1, 5), MAX_RESTART_DELAY_S)  # 0.2 * 32 > 5
         log.error("device worker exited with code %s; restarting in %.1f s (restart %d)", code, delay, self.restarts)
-        loop.call_later(delay, self.start)
+        self._restart = loop.call_later(delay, self.start)
 
 
 def _error(cls: str, message: str, fieldname: str | None) -> VkactError:

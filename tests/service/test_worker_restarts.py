@@ -1,6 +1,7 @@
-"""The device worker's restart delay (service/worker.py): deaths in a row, each before the worker has served
-STABLE_S, double it; a death after that long starts it again at the first delay, as the supervisor does for
-the HTTP process. Read from the line the HTTP side logs for each restart, never timed."""
+"""The device worker's restart delay (service/worker.py): deaths in a row, each of a worker that had not yet
+served STABLE_S since it reported (or never reported), double it; a death after that long starts it again at
+the first delay, as the supervisor does for the HTTP process. Read from the line the HTTP side logs for each
+restart, never timed. A worker closed while a restart waits starts none."""
 from __future__ import annotations
 
 import asyncio
@@ -14,16 +15,27 @@ import pytest
 import service.worker as worker_module
 from service.config import Settings
 from service.worker import DeviceWorker
+from tests.service.conftest import ended, spawned_children
 
 # Process supervision, no kernel: make test runs it, test-portability.sh leaves it out
 pytestmark = pytest.mark.driver_independent
 
 
-async def _killed_and_back(worker: DeviceWorker) -> None:
-    os.kill(worker.info["pid"], signal.SIGKILL)
+async def _killed(worker: DeviceWorker) -> int:
+    """Kill the ready worker; returns its pid once the HTTP side has seen it go."""
+    pid = worker.info["pid"]
+    os.kill(pid, signal.SIGKILL)
     while worker.ready:
         await asyncio.sleep(0.01)
-    await worker.wait_ready(60)
+    return pid
+
+
+async def _started_after(worker: DeviceWorker, dead: int) -> int:
+    """The pid of the worker started after ``dead``, while it is still starting (it has not reported)."""
+    while (proc := worker._proc) is None or proc.pid == dead:  # the restart waits its delay first
+        await asyncio.sleep(0.005)
+    assert not worker.ready  # a worker takes about a second to start; it is seen within milliseconds
+    return proc.pid
 
 
 @pytest.mark.timeout(120)
@@ -37,13 +49,30 @@ def test_quick_deaths_double_the_delay_and_one_after_serving_starts_it_again(mon
         try:
             monkeypatch.setattr(worker_module, "STABLE_S", float("inf"))  # none serves long enough
             for _ in range(3):
-                await _killed_and_back(worker)
-            monkeypatch.setattr(worker_module, "STABLE_S", 0.0)  # the one now running has
-            await _killed_and_back(worker)
-            assert worker.restarts == 4
+                await _killed(worker)
+                await worker.wait_ready(60)
+            monkeypatch.setattr(worker_module, "STABLE_S", 0.0)  # from here, any that reported has
+            dead = await _killed(worker)
+            os.kill(await _started_after(worker, dead), signal.SIGKILL)  # this one never reports
+            await worker.wait_ready(60)
+            assert worker.restarts == 5
         finally:
             await worker.close()
 
     asyncio.run(scenario())
     delays = [float(d) for d in re.findall(r"restarting in ([\d.]+) s", caplog.text)]
-    assert delays == [0.2, 0.4, 0.8, 0.2], caplog.text
+    assert delays == [0.2, 0.4, 0.8, 0.2, 0.4], caplog.text
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_closed_while_a_restart_waits_starts_none():
+    async def scenario() -> None:
+        worker = DeviceWorker(Settings(pin_cpu="off"))
+        worker.start()
+        await worker.wait_ready(60)
+        await _killed(worker)
+        await worker.close()  # within the restart's delay (0.2 s)
+        await asyncio.sleep(1.0)  # the restart would have started a worker by now
+
+    asyncio.run(scenario())
+    assert [pid for pid in spawned_children(os.getpid()) if not ended(pid)] == []
