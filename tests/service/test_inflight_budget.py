@@ -1,6 +1,7 @@
 """Request bytes in flight within one budget (service/inflight.py, VKACT_INFLIGHT_BYTES): 32 compressed
 bombs at once, over HTTP and over gRPC, each refused (413 / RESOURCE_EXHAUSTED) while the HTTP process's
-peak memory grows by no more than the budget and liveness probes sent meanwhile are answered; a normal compressed
+peak memory grows by no more than the budget and a little slack (gzip bombs, which announce their size, by
+far less) and liveness probes sent meanwhile are answered; a normal compressed
 request served after them, the budget given back after every failure. Latency under the bombs
 is a figure of the benchmark (bench/liveness.py), never asserted here."""
 from __future__ import annotations
@@ -94,10 +95,14 @@ def test_a_body_is_inflated_within_the_budget(coding, pack):
 
 # VKACT_MAX_BODY_BYTES, and so the budget: a quarter of the default (256 MiB, what the issue measured). Every
 # bomb is inflated up to the limit to be counted (0.6 s of CPU at 256 MiB: 32 of them made each test 40-50 s
-# of CI's); without the budget, 32 bombs inflating step by step would keep up to 32 limits' worth (the issue's
-# 1.4 GB), which the bound of the budget and its slack tells apart at any limit.
+# of CI's). Without the budget, the bombs the two inflating threads keep grow the process by two to three
+# limits (with it set to 64 limits: deflate +163-172 MiB, gRPC +131, 2026-11-27), past the budget and its
+# slack; with it, +73-75 and +60-65.
 BODY_LIMIT = 64 << 20
 GROWTH_BOUND = BODY_LIMIT + BUDGET_SLACK
+# gzip bombs announce their size and are only counted: +7 MiB here (12-35 at the 256 MiB limit). Kept while
+# the budget had room instead, they grew it by the budget (+78 MiB): the bound tells the two apart.
+GZIP_GROWTH_BOUND = 48 << 20
 
 
 def http_bombs() -> dict[str, tuple[bytes, str]]:
@@ -184,7 +189,7 @@ def reset_peak(pid: int) -> int:
     return peak_rss(pid)
 
 
-def test_32_gzip_bombs_at_once_are_each_413_within_the_budget(bombed):
+def test_32_gzip_bombs_at_once_are_each_413_and_only_counted(bombed):
     """The issue's case: gzip bombs, whose trailers announce more than the limit, are only counted: the
     process's peak grows by a few megabytes (it grew by 1.4 GB before the budget)."""
     before = reset_peak(bombed.process.pid)
@@ -193,7 +198,7 @@ def test_32_gzip_bombs_at_once_are_each_413_within_the_budget(bombed):
     print(f"{BOMBS} gzip bombs: peak memory +{grown >> 20} MiB, {probes} probes answered")
     assert answers == [["gzip", 413]] * BOMBS, answers
     assert probes >= 1
-    assert grown < GROWTH_BOUND, f"the HTTP process's peak memory grew by {grown >> 20} MiB"
+    assert grown < GZIP_GROWTH_BOUND, f"the HTTP process's peak memory grew by {grown >> 20} MiB"
     assert_served(bombed)
 
 
