@@ -54,6 +54,7 @@ run() {
 # printed whole by `await_beside`, which waits for every run started so (their reports are each their own)
 running=()  # pid:name of each run started by `beside`
 beside() {
+  [[ -z $ONLY || ,$ONLY, == *,$1,* ]] || return 0  # a rerun of others keeps this one's log
   run "$@" >"$OUT/$1.log" 2>&1 &
   running+=("$!:$1")
 }
