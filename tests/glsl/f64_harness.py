@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+import tempfile
 from pathlib import Path
 
 import mpmath
@@ -23,14 +24,16 @@ WORKGROUP = 64
 
 @functools.lru_cache(maxsize=None)
 def spirv(fn: str, two_args: bool = False, include: str = "") -> bytes:
+    """The probe compiled for ``fn``, once per process, in a directory of its own: test runs go side by
+    side (scripts/test-portability.sh), and a shared output path would be one run's half-written file."""
     settings = Settings()
-    out = Path(settings.spirv_cache) / "f64math-probe" / f"{fn}{'-2' if two_args else ''}{'-' + Path(include).stem if include else ''}.spv"
-    out.parent.mkdir(parents=True, exist_ok=True)
     defines = [f"-DFN={fn}"] + (["-DTWO_ARGS"] if two_args else []) + ([f'-DEXTRA_INCLUDE="{include}"'] if include else [])
-    cmd = [settings.glslang, "-V", "--target-env", "vulkan1.1", f"-I{settings.glsl_dir}", *defines, str(PROBE), "-o", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out.read_bytes()
+    with tempfile.TemporaryDirectory(prefix="vkact-f64probe-") as tmp:
+        out = Path(tmp) / "probe.spv"
+        cmd = [settings.glslang, "-V", "--target-env", "vulkan1.1", f"-I{settings.glsl_dir}", *defines, str(PROBE), "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return out.read_bytes()
 
 
 @functools.lru_cache(maxsize=1)
