@@ -45,7 +45,8 @@ run() {
   ( ulimit -v "$ADDRESS_SPACE_KB"
     VK_ICD_FILENAMES=$icd VK_DRIVER_FILES=$icd VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host,device \
     VKACT_MEMORY=$memory VKACT_RUN_REPORT=$OUT/$name.json VKACT_RUN_SUITE="${suite[*]}" \
-    timeout -k 30 "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider "$@" "${EXTRA[@]}" ) || status=$?
+    timeout -k 30 "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider "$@" "${EXTRA[@]}" ) \
+    || { status=$?; failed+=("$name"); }  # in a run `beside` started, only its status reaches the script
   printf '    %s: %d s\n' "$name" $((SECONDS - started))
   return "$status"
 }
@@ -82,8 +83,8 @@ ENGINE=(tests/engine tests/conformance tests/glsl)
 beside lavapipe-engine "$LAVAPIPE" auto "${ENGINE[@]}"
 beside swiftshader-engine "$SWIFTSHADER" auto "${ENGINE[@]}"
 await_beside
-run lavapipe-service "$LAVAPIPE" device "${SERVICE[@]}" || failed+=(lavapipe-service)
-run swiftshader-service "$SWIFTSHADER" host "${SERVICE[@]}" || failed+=(swiftshader-service)
+run lavapipe-service "$LAVAPIPE" device "${SERVICE[@]}"
+run swiftshader-service "$SWIFTSHADER" host "${SERVICE[@]}"
 
 "$PY" scripts/tested_on.py "$OUT"/*.json
 if ((${#failed[@]})); then
