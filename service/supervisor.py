@@ -17,12 +17,12 @@ import sys
 import threading
 import time
 
+from .restart_backoff import STABLE_S, RestartBackoff
 from .slots import SERVER_FILES, SHM_DIR, owner_tag, sweep_stale_files
 
 log = logging.getLogger("vkact.supervisor")
 SUPERVISOR_ENV = "VKACT_SUPERVISOR_PID"  # tells the HTTP processes whose registry they share
-FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 30.0
-STABLE_S = 60.0  # a child that ran this long resets the back-off
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 30.0  # the restart delay (restart_backoff)
 # uvicorn's exit status when the app could not start (a port taken, a setting the lifespan refuses):
 # a fault that a restart cannot mend, so the supervisor stops with it instead of retrying for ever.
 STARTUP_FAILURE = 3
@@ -77,9 +77,8 @@ def supervise(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     env = {**os.environ, SUPERVISOR_ENV: str(os.getpid())}
-    backoff = FIRST_BACKOFF_S
+    backoff = RestartBackoff(FIRST_BACKOFF_S, MAX_BACKOFF_S)
     code = 0
-    quick_exits = 0
     try:
         while not stop.is_set():
             started = time.monotonic()
@@ -91,16 +90,13 @@ def supervise(argv: list[str]) -> int:
                 break
             for path in sweep_stale_files():
                 log.warning("removed %s, left by the HTTP process that died", path)
-            stable = time.monotonic() - started > STABLE_S
-            quick_exits = 0 if stable else quick_exits + 1
-            if code == STARTUP_FAILURE or quick_exits >= QUICK_EXITS:
+            delay = backoff.after_death(time.monotonic() - started)
+            if code == STARTUP_FAILURE or backoff.quick_exits >= QUICK_EXITS:
                 log.error("the HTTP server exited with status %s %s; not restarting it", code,
-                          "as it could not start" if code == STARTUP_FAILURE else f"{quick_exits} times in a row within {STABLE_S:.0f} s")
+                          "as it could not start" if code == STARTUP_FAILURE else f"{backoff.quick_exits} times in a row within {STABLE_S:.0f} s")
                 break
-            backoff = FIRST_BACKOFF_S if stable else backoff
-            log.error("the HTTP server exited with status %s; restarting in %.1f s", code, backoff)
-            stop.wait(backoff)
-            backoff = min(2 * backoff, MAX_BACKOFF_S)
+            log.error("the HTTP server exited with status %s; restarting in %.1f s", code, delay)
+            stop.wait(delay)
             _reap()
     finally:
         _remove_registry(owner_tag(os.getpid()))

@@ -29,20 +29,17 @@ from .errors import DeviceFailure, VkactError, WorkerLost
 from .graph_compiler import GraphPlan
 from .jobs import (LARGE, Facts, GraphResult, Job, Repeatable, Result, Source, TemplateIds, Window, copy_into, descriptor_key,
                    lay_out)
+from .limits import BATCH_BYTES, IN_FLIGHT, OPS_CACHED
 from .operators import OperatorDesc
+from .restart_backoff import STABLE_S, RestartBackoff
 from .slots import SlotPool
-from .supervisor import STABLE_S
 from .worker_process import worker_main
 
 log = logging.getLogger("vkact.worker")
-from .limits import BATCH_BYTES
-# A worker that dies before it has served STABLE_S (the supervisor's measure for the HTTP process) is
-# restarted after a delay that doubles with each such death in a row, so that a device failing at every
-# start is not restarted in a tight loop; a death after that long starts the count again.
+# A dead worker is started again after this delay, doubling with each death in a row of one that had not
+# served STABLE_S since its ready report (restart_backoff); a worker starts in 1-1.5 s on lavapipe here.
 FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S = 0.2, 5.0
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
-from .limits import IN_FLIGHT
-from .limits import OPS_CACHED
 
 
 class DeviceWorker:
@@ -81,7 +78,7 @@ class DeviceWorker:
         self._closing = False
         self._started_at = 0.0                      # monotonic time of the worker's start
         self._ready_at: float | None = None          # and of its ready report, None until it came
-        self._quick_exits = 0                        # deaths in a row, each before STABLE_S of service
+        self._backoff = RestartBackoff(FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S)
         self.pinned_cpu: int | None = None           # the event loop's CPU, when pinned
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -552,9 +549,7 @@ class DeviceWorker:
         if self._closing:
             return
         self.restarts += 1
-        served = self._ready_at is not None and time.monotonic() - self._ready_at >= STABLE_S
-        self._quick_exits = 1 if served else self._quick_exits + 1
-        delay = min(FIRST_RESTART_DELAY_S * 2 ** min(self._quick_exits - 1, 5), MAX_RESTART_DELAY_S)  # 0.2 * 32 > 5
+        delay = self._backoff.after_death(None if self._ready_at is None else time.monotonic() - self._ready_at, STABLE_S)
         log.error("device worker exited with code %s; restarting in %.1f s (restart %d)", code, delay, self.restarts)
         self._restart = loop.call_later(delay, self.start)
 
