@@ -46,28 +46,52 @@ run() {
     VK_ICD_FILENAMES=$icd VK_DRIVER_FILES=$icd VKACT_VALIDATION=1 VKACT_TEST_MEMORY=host,device \
     VKACT_MEMORY=$memory VKACT_RUN_REPORT=$OUT/$name.json VKACT_RUN_SUITE="${suite[*]}" \
     timeout -k 30 "$RUN_TIMEOUT_S" "$PY" -m pytest -q -p no:cacheprovider "$@" "${EXTRA[@]}" ) \
-    || { status=$?; failed+=("$name"); }  # in a run `beside` started, only its status reaches the script
+    || status=$?  # the run is a background job: only its status reaches the script (await_runs)
   printf '    %s: %d s\n' "$name" $((SECONDS - started))
   return "$status"
 }
 
-# beside NAME ICD SERVICE_MEMORY SUITE... : `run` in the background, its output kept in $OUT/NAME.log and
-# printed whole by `await_beside`, which waits for every run started so (their reports are each their own)
-running=()  # pid:name of each run started by `beside`
+# Every run goes in the background and the script waits for it (`await_runs`): a signal to the script (CI's
+# time limit, ^C) then reaches `stop_runs` at once, where bash would defer its trap while a foreground run
+# lasted, and no run outlives the script.
+running=()  # pid:name:logged of each run started and not yet awaited
+# beside NAME ICD SERVICE_MEMORY SUITE... : `run` with its output kept in $OUT/NAME.log, printed whole by
+# `await_runs`, so that runs side by side each print their report in one piece
 beside() {
   [[ -z $ONLY || ,$ONLY, == *,$1,* ]] || return 0  # a rerun of others keeps this one's log
   run "$@" >"$OUT/$1.log" 2>&1 &
-  running+=("$!:$1")
+  running+=("$!:$1:1")
 }
-await_beside() {
-  local entry pid name
+# alone NAME ICD SERVICE_MEMORY SUITE... : `run` with its output as it comes, awaited before the next
+alone() {
+  run "$@" &
+  running+=("$!:$1:0")
+  await_runs
+}
+await_runs() {
+  local entry pid name logged
   for entry in ${running[@]+"${running[@]}"}; do
-    IFS=: read -r pid name <<<"$entry"
+    IFS=: read -r pid name logged <<<"$entry"
     wait "$pid" || failed+=("$name")
-    cat "$OUT/$name.log"
+    ((logged)) && cat "$OUT/$name.log"
   done
   running=()
 }
+kill_tree() {  # children first: a pytest and the servers its tests started, then `timeout`, then the subshells
+  local child
+  for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do kill_tree "$child"; done  # no procps needed
+  kill -TERM "$1" 2>/dev/null
+}
+stop_runs() {
+  local entry
+  trap - TERM INT HUP
+  for entry in ${running[@]+"${running[@]}"}; do kill_tree "${entry%%:*}"; done
+  printf 'test-portability.sh: stopped by a signal; the runs under way were ended\n' >&2
+  exit "$1"
+}
+trap 'stop_runs 143' TERM
+trap 'stop_runs 130' INT
+trap 'stop_runs 129' HUP
 
 EXTRA=("$@")
 # Engine + conformance (every kernel, both memory modes) on both drivers: the core. The service, client
@@ -82,9 +106,9 @@ SERVICE=(tests/service tests/client tests/descriptors -m "not driver_independent
 ENGINE=(tests/engine tests/conformance tests/glsl)
 beside lavapipe-engine "$LAVAPIPE" auto "${ENGINE[@]}"
 beside swiftshader-engine "$SWIFTSHADER" auto "${ENGINE[@]}"
-await_beside
-run lavapipe-service "$LAVAPIPE" device "${SERVICE[@]}"
-run swiftshader-service "$SWIFTSHADER" host "${SERVICE[@]}"
+await_runs
+alone lavapipe-service "$LAVAPIPE" device "${SERVICE[@]}"
+alone swiftshader-service "$SWIFTSHADER" host "${SERVICE[@]}"
 
 "$PY" scripts/tested_on.py "$OUT"/*.json
 if ((${#failed[@]})); then
