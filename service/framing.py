@@ -1,5 +1,5 @@
 """The messages between the HTTP process and its device worker, over two pipes (jobs one way, replies
-the other: service.worker.DeviceWorker.start says why): each a 4-byte length and a payload.
+the other: service.worker_lifecycle.WorkerLifecycle.start says why): each a 4-byte length and a payload.
 
 Most payloads are pickled tuples. Those of repeated requests, the bulk of the traffic, have fixed
 layouts instead (a tag byte and structs): "go" (job id, template id) and "ok" (job id, kernel

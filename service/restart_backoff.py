@@ -1,5 +1,5 @@
 """The delay before starting again a process of the service that died: the supervisor's HTTP server
-(service/supervisor.py) and the HTTP process's device worker (service/worker.py) share it.
+(service/supervisor.py) and the HTTP process's device worker (service/worker_lifecycle.py) share it.
 
 A death of a process that had run ``stable_s`` waits ``first_s``; each death after it in a row of
 processes that had not waits twice the one before, up to ``most_s``. A process failing at every start

@@ -5,83 +5,51 @@ The worker process (``service.worker_process``) owns the Engine; the HTTP side (
 on the event loop) keeps a bounded queue, copies each request's tensors into a shared-memory slot
 (``service.slots``), sends a small job (``service.jobs``) through a pipe (``service.framing``) and awaits the reply. A
 queued job whose client left or timed out is dropped before it reaches the device; when every slot is
-taken the service is busy (503). If the worker dies, its in-flight jobs fail and it is started again.
+taken the service is busy (503). If the worker dies, its in-flight jobs fail and it is started again
+(``service.worker_lifecycle``: the worker process's start, watchdog, close and restart).
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
-import multiprocessing as mp
 import pickle
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
-from typing import Any
 
 import numpy as np
 
 from . import framing
 from .config import Settings
-from .cpu_placement import PROCESS_CPUS, choose_cpu, set_thread_cpus, unpinned_executor
-from .errors import DeviceFailure, VkactError, WorkerLost
+from .errors import DeviceFailure, VkactError
 from .graph_compiler import GraphPlan
-from .jobs import (LARGE, Facts, GraphResult, Job, Repeatable, Result, Source, TemplateIds, Window, copy_into, descriptor_key,
-                   lay_out)
-from .limits import BATCH_BYTES, IN_FLIGHT, OPS_CACHED
+from .jobs import LARGE, Facts, GraphResult, Job, Repeatable, Result, Source, copy_into, descriptor_key, lay_out
+from .limits import BATCH_BYTES, OPS_CACHED
 from .operators import OperatorDesc
-from .restart_backoff import STABLE_S, RestartBackoff
-from .slots import SlotPool
-from .worker_process import worker_main
+from .worker_lifecycle import WorkerLifecycle
 
 log = logging.getLogger("vkact.worker")
-# A dead worker is started again after this delay, doubling with each death in a row of one that had not
-# served STABLE_S since its ready report (restart_backoff); a worker starts in 1-1.5 s on lavapipe here.
-FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S = 0.2, 5.0
-WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
 
 
-class DeviceWorker:
+class DeviceWorker(WorkerLifecycle):
     """The HTTP process's handle on one device worker process. Use from the event loop only."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.info: dict[str, Any] | None = None      # the worker's ready report (device, limits)
-        self.restarts = 0
+        super().__init__(settings)
         self.dispatched = 0                          # jobs handed to the worker process
         self.batches = 0                             # messages that carried them
         self._ids = itertools.count()
         self._queue: deque[Job] = deque()
-        self._inflight: dict[int, Job] = {}
         self._answers: list[Job] = []  # lone jobs done whose on_done _on_message calls after its pump
-        self._inflight_batches = 0
         #: a model's own batch limit (load_model with a config, the server's: dataplane.batching), None
         #: where it has none; never above max_batch
         self.model_batch_limit: Callable[[type[OperatorDesc]], int | None] = lambda op: None
         #: told (operator type, jobs, kernel seconds) for each dispatch the device answers: an execution
         self.on_execution: Callable[[type[OperatorDesc], int, float], None] | None = None
-        self._window = Window(IN_FLIGHT)
-        self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget, settings.slot_bytes)
-        self._trimmed_at = time.monotonic()
-        self._templates = TemplateIds()
         self._facts: dict[bytes, Facts] = {}       # by canonical key, OPS_CACHED at most
-        self._proc: mp.process.BaseProcess | None = None
-        self._jobs: Connection | None = None         # this side's ends of the two pipes (see start)
-        self._replies: Connection | None = None
-        self._reader: framing.Reader | None = None
-        self._writer: framing.Writer | None = None    # every message to the worker, in order, never blocking
-        self._ready = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None  # kept: each get_running_loop() is a getpid() on 3.11
-        self._watchdog: asyncio.TimerHandle | None = None
-        self._restart: asyncio.TimerHandle | None = None  # the start of the next worker, after a death
-        self._closing = False
-        self._started_at = 0.0                      # monotonic time of the worker's start
-        self._ready_at: float | None = None          # and of its ready report, None until it came
-        self._backoff = RestartBackoff(FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S)
-        self.pinned_cpu: int | None = None           # the event loop's CPU, when pinned
 
-    # -- lifecycle ----------------------------------------------------------------------------------
+    # -- batching -----------------------------------------------------------------------------------
 
     @property
     def max_batch(self) -> int:
@@ -94,10 +62,6 @@ class DeviceWorker:
         return self.max_batch if own is None else min(own, self.max_batch)
 
     @property
-    def ready(self) -> bool:
-        return self._ready.is_set()
-
-    @property
     def idle(self) -> bool:
         """A job submitted now goes straight to the device, without queueing."""
         return not self._queue and self._window.free > 0 and self._ready.is_set()
@@ -105,94 +69,6 @@ class DeviceWorker:
     @property
     def queue_depth(self) -> int:
         return self._pool.in_use
-
-    def start(self) -> None:
-        ctx = mp.get_context("spawn")  # never fork a process that may hold Vulkan state or threads
-        # One pipe each way, not one socket pair both ways: on a socket pair, this side's read of a reply
-        # woke the worker's job thread, blocked reading the same socket, for nothing (the write-space wake
-        # of a unix stream socket); and a pipe's write and read cost less than a socket's (two processes
-        # on one CPU, a 21-byte job and its reply: 3.0 us a round trip against 4.6). bench/RESULTS.md
-        # ("The device hop after v1lat's profile") has what it changed in the service.
-        jobs_in, self._jobs = ctx.Pipe(duplex=False)
-        self._replies, replies_out = ctx.Pipe(duplex=False)
-        self._reader = framing.Reader(self._replies.fileno())
-        self._templates = TemplateIds()  # a new worker knows none
-        cpu = choose_cpu(self.settings.pin_cpu, self.settings.workers)
-        self._proc = ctx.Process(target=worker_main, args=(jobs_in, replies_out, self.settings.model_dump(), cpu, PROCESS_CPUS),
-                                 name="vkact-device", daemon=True)
-        self._proc.start()
-        self._started_at = time.monotonic()
-        self._ready_at = None
-        jobs_in.close()
-        replies_out.close()
-        loop = self._loop = asyncio.get_running_loop()
-        self._writer = framing.Writer(self._jobs.fileno(), loop)
-        loop.add_reader(self._replies.fileno(), self._on_message)
-        loop.add_reader(self._proc.sentinel, self._on_exit)
-        if self._watchdog is None:
-            self._watchdog = loop.call_later(WATCH_INTERVAL_S, self._watch)
-
-    def _watch(self) -> None:
-        """Kill a worker whose oldest job has been on the device for longer than device_timeout_s: a
-        hung device or driver must not hold the service. Its jobs fail, readiness drops until the
-        restarted worker reports, and the queue moves again (Kubernetes stops routing here meanwhile).
-        A worker still starting after worker_start_timeout_s is killed the same way."""
-        if self._closing:
-            return
-        self._watchdog = asyncio.get_running_loop().call_later(WATCH_INTERVAL_S, self._watch)
-        if time.monotonic() - self._trimmed_at >= self.settings.idle_release_s:
-            self._trim()
-        if self._proc is None or not self._proc.is_alive():
-            return
-        if not self._ready.is_set():  # still starting: a driver may hang in device creation too
-            starting = time.monotonic() - self._started_at
-            if starting > self.settings.worker_start_timeout_s:
-                log.error("the device worker has not reported ready in %.0f s (worker_start_timeout_s %g): killing it", starting, self.settings.worker_start_timeout_s)
-                self._proc.kill()
-            return
-        if not self._inflight:
-            return
-        running = time.perf_counter() - min(job.started_at for job in self._inflight.values())
-        if running > self.settings.device_timeout_s:
-            log.error("a job has been on the device for %.0f s (device_timeout_s %g): killing the device worker", running, self.settings.device_timeout_s)
-            self._proc.kill()  # _on_exit fails its jobs and starts another
-
-    def _trim(self) -> None:
-        """Return idle memory: this side's unused slots, and (told by a message) the engine's buffers."""
-        self._trimmed_at = time.monotonic()
-        removed = self._pool.trim()
-        if removed:
-            log.info("removed %d idle tensor slot(s)", removed)
-        if self._writer is not None and self._ready.is_set():
-            try:
-                self._writer.send("trim")
-            except OSError:
-                pass
-
-    async def wait_ready(self, timeout: float | None = None) -> None:
-        await asyncio.wait_for(self._ready.wait(), timeout)
-
-    async def close(self) -> None:
-        self._closing = True
-        if self._watchdog:
-            self._watchdog.cancel()
-        if self._restart:  # closed while a dead worker's restart waits: none is started after
-            self._restart.cancel()
-        loop = asyncio.get_running_loop()
-        if self._proc is not None:
-            loop.remove_reader(self._proc.sentinel)
-            if self._replies is not None and self._writer is not None:
-                loop.remove_reader(self._replies.fileno())
-                try:
-                    self._writer.send("stop")  # after whatever still waits to be written
-                except OSError:
-                    pass
-            await asyncio.get_running_loop().run_in_executor(None, self._proc.join, 5)
-            if self._proc.is_alive():
-                self._proc.kill()
-        if self._writer is not None:
-            self._writer.close()
-        self._pool.close()
 
     # -- requests -----------------------------------------------------------------------------------
 
@@ -427,14 +303,6 @@ class DeviceWorker:
         tid, new = self._templates.number(template)
         return tid, framing.encode("template", tid, template) if new else b""
 
-    def _forget(self, path: str) -> None:
-        self._templates.drop_slot(path)
-        if self._writer is not None and self._proc is not None and self._proc.is_alive():
-            try:
-                self._writer.send("forget", path)
-            except OSError:
-                pass
-
     def _on_message(self) -> None:
         """The worker's messages that one read brings (the descriptor is readable: it does not block)."""
         assert self._replies is not None and self._reader is not None
@@ -458,11 +326,7 @@ class DeviceWorker:
     def _handle(self, msg: tuple) -> None:
         kind = msg[0]
         if kind == "ready":
-            self.info = msg[1]
-            self._pin_loop(self.info["pinned_cpu"])
-            self._ready_at = time.monotonic()
-            self._ready.set()
-            log.info("device worker ready: %s", self.info["device"]["name"])
+            self._on_ready(msg[1])
             return
         self._inflight_batches -= 1
         self._window.release()
@@ -516,43 +380,6 @@ class DeviceWorker:
             loop = self._loop
             assert loop is not None
             loop.call_soon(self.on_execution, type(job.op), 1, kernel_seconds)
-
-    def _pin_loop(self, cpu: int | None) -> None:
-        """Put the event loop on the CPU of the worker's job thread (see cpu_placement), once."""
-        if cpu is None or self.pinned_cpu == cpu:
-            return
-        loop = asyncio.get_running_loop()
-        if self.pinned_cpu is None:
-            loop.set_default_executor(unpinned_executor())
-        if set_thread_cpus({cpu}):
-            self.pinned_cpu = cpu
-            log.info("event loop and device job thread on CPU %d", cpu)
-
-    def _on_exit(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._proc is not None and self._replies is not None and self._writer is not None
-        loop.remove_reader(self._proc.sentinel)
-        loop.remove_reader(self._replies.fileno())
-        self._writer.close()  # what waited for the dead worker is not for the next one
-        # its sentinel is readable once it has exited, but exitcode stays None until it is reaped
-        self._proc.join(0.1)
-        code = self._proc.exitcode
-        self._ready.clear()
-        for job in self._inflight.values():
-            job.release()
-            if not job.future.done():
-                job.future.set_exception(WorkerLost(f"the device worker exited (code {code}) while running this request; it is restarting, retry"))
-        for _ in range(self._inflight_batches):
-            self._window.release()
-        self._inflight.clear()
-        self._inflight_batches = 0
-        if self._closing:
-            return
-        self.restarts += 1
-        delay = self._backoff.after_death(None if self._ready_at is None else time.monotonic() - self._ready_at, STABLE_S)
-        log.error("device worker exited with code %s; restarting in %.1f s (restart %d)", code, delay, self.restarts)
-        self._restart = loop.call_later(delay, self.start)
-
 
 def _error(cls: str, message: str, fieldname: str | None) -> VkactError:
     from . import errors

@@ -7,7 +7,7 @@ import pytest
 
 from service.restart_backoff import STABLE_S, RestartBackoff
 from service.supervisor import FIRST_BACKOFF_S, MAX_BACKOFF_S
-from service.worker import FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S
+from service.worker_lifecycle import FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S
 
 pytestmark = pytest.mark.driver_independent  # no device: make test runs it, test-portability.sh leaves it out
 

@@ -1,4 +1,4 @@
-"""The device worker's restart delay (service/worker.py): deaths in a row, each of a worker that had not yet
+"""The device worker's restart delay (service/worker_lifecycle.py): deaths in a row, each of a worker that had not yet
 served STABLE_S since it reported (or never reported), double it; a death after that long starts it again at
 the first delay, as the supervisor does for the HTTP process. Read from the line the HTTP side logs for each
 restart, never timed. A worker closed while a restart waits starts none."""
@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-import service.worker as worker_module
+import service.worker_lifecycle as lifecycle_module
 from service.config import Settings
 from service.worker import DeviceWorker
 from tests.service.conftest import ended, spawned_children
@@ -47,11 +47,11 @@ def test_quick_deaths_double_the_delay_and_one_after_serving_starts_it_again(mon
         worker.start()
         await worker.wait_ready(60)
         try:
-            monkeypatch.setattr(worker_module, "STABLE_S", float("inf"))  # none serves long enough
+            monkeypatch.setattr(lifecycle_module, "STABLE_S", float("inf"))  # none serves long enough
             for _ in range(3):
                 await _killed(worker)
                 await worker.wait_ready(60)
-            monkeypatch.setattr(worker_module, "STABLE_S", 0.0)  # from here, any that reported has
+            monkeypatch.setattr(lifecycle_module, "STABLE_S", 0.0)  # from here, any that reported has
             dead = await _killed(worker)
             os.kill(await _started_after(worker, dead), signal.SIGKILL)  # this one never reports
             await worker.wait_ready(60)
