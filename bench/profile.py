@@ -59,7 +59,7 @@ HTTP_STAGES: list[tuple[str, str]] = [
     ("hand-off: the job to the worker (worker.py submit, framing write, slots)",
      r"(write|send|encode\w*) \(framing\.py|(_submit|_send|_dispatch) \(worker\.py|slots\.py"),
     ("hand-off: the worker's answer back (worker.py reader, framing read)",
-     r"(DeviceWorker\.run|_on_message|_handle|_watch) \(worker\.py|framing\.py"),
+     r"(DeviceWorker\.run|_on_message|_handle) \(worker\.py|\(worker_lifecycle\.py|framing\.py"),
     ("data plane: execute, run_on_device, the wait for the answer",
      r"dataplane/execution\.py|run_on_device \(api/execution|asyncio/locks\.py|\(worker\.py"),
     ("header JSON (header cache, json_text, orjson)", r"header_cache\.py|json_text\.py|orjson|json/"),

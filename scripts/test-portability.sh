@@ -82,10 +82,13 @@ kill_tree() {  # children first: a pytest and the servers its tests started, the
   for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do kill_tree "$child"; done  # no procps needed
   kill -TERM "$1" 2>/dev/null
 }
+# The script's own children, not `running`: a run that ended stays listed (its pid free for another process)
+# until every run is awaited, and one started just before the signal may not be listed yet.
 stop_runs() {
-  local entry
+  local child
   trap - TERM INT HUP
-  for entry in ${running[@]+"${running[@]}"}; do kill_tree "${entry%%:*}"; done
+  for child in $(cat /proc/$$/task/*/children 2>/dev/null); do kill_tree "$child"; done
+  wait  # each pytest's `timeout` passes TERM on to its run and kills what is left 30 s later (-k 30)
   printf 'test-portability.sh: stopped by a signal; the runs under way were ended\n' >&2
   exit "$1"
 }

@@ -16,10 +16,10 @@ class RestartBackoff:
         self.quick_exits = 0  # deaths in a row, each of a process that had not run STABLE_S
         self._next = first_s
 
-    def after_death(self, ran_s: float | None, stable_s: float = STABLE_S) -> float:
+    def after_death(self, ran_s: float | None, stable_s: float) -> float:
         """The delay before the next start, after the death of a process that had run ``ran_s`` (None:
-        it never got as far as the point its owner measures from, a quick death). ``stable_s`` is a
-        parameter, not read here from the module, so that its callers' tests can shorten it."""
+        it never got as far as the point its owner measures from, a quick death). ``stable_s``: STABLE_S
+        as the caller's module reads it when the death comes, so that its tests can shorten it."""
         if ran_s is not None and ran_s >= stable_s:
             self.quick_exits, self._next = 0, self.first_s
         else:

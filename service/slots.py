@@ -1,9 +1,10 @@
 """Shared-memory tensor slots: files in /dev/shm that the HTTP process and its device worker both map.
 
-The HTTP side (``service.worker``) creates, sizes and removes slots and copies each request's tensors
-into one; the device worker process (``service.worker_process``) maps the same file and runs the
-engine on views of it. Files are named by the process that made them and when it started, so a
-server removes what a killed predecessor left behind.
+The HTTP side (the pool: ``service.worker_lifecycle``; the jobs: ``service.worker``) creates, sizes and
+removes slots and copies each request's tensors into one; the device worker process
+(``service.worker_process``) maps the same file and runs the engine on views of it. Files are named by
+the process that made them and when it started, so a server removes what a killed predecessor left
+behind.
 """
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def supervise(argv: list[str]) -> int:
                 break
             for path in sweep_stale_files():
                 log.warning("removed %s, left by the HTTP process that died", path)
-            delay = backoff.after_death(time.monotonic() - started)
+            delay = backoff.after_death(time.monotonic() - started, STABLE_S)
             if code == STARTUP_FAILURE or backoff.quick_exits >= QUICK_EXITS:
                 log.error("the HTTP server exited with status %s %s; not restarting it", code,
                           "as it could not start" if code == STARTUP_FAILURE else f"{backoff.quick_exits} times in a row within {STABLE_S:.0f} s")

@@ -65,6 +65,8 @@ def test_model_repository_layout(tmp_path) -> None:
      "routing and middleware"),
     (["Runner.run (asyncio/runners.py:118)", "answer (api/hot_routes.py:74)", "send_whole (api/execution.py:140)"],
      "answer: headers and socket write"),
+    (["Runner.run (asyncio/runners.py:118)", "WorkerLifecycle._watch (worker_lifecycle.py:100)"],
+     "hand-off: the worker's answer back"),
     (["Runner.run (asyncio/runners.py:118)"], "event loop"),
     (["Runner.run (asyncio/runners.py:118)", "Server.main_loop (uvicorn/server.py:20)"], "other"),
 ])

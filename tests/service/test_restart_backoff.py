@@ -15,7 +15,7 @@ QUICK, STABLE = 1.0, STABLE_S  # seconds a process ran before it died
 
 
 def _delays(backoff: RestartBackoff, ran: list[float | None]) -> list[float]:
-    return [backoff.after_death(r) for r in ran]
+    return [backoff.after_death(r, STABLE_S) for r in ran]
 
 
 def test_the_device_worker_delays_double_to_5_s_and_start_again_after_a_stable_worker():
@@ -37,4 +37,4 @@ def test_the_http_server_delays_double_to_30_s_and_count_quick_exits_for_the_sup
 def test_the_measure_of_stable_is_the_callers():
     backoff = RestartBackoff(1.0, 8.0)
     assert _delays(backoff, [QUICK, QUICK]) == [1.0, 2.0]
-    assert backoff.after_death(QUICK, stable_s=QUICK) == 1.0  # what ran as long as stable_s says is stable
+    assert backoff.after_death(QUICK, QUICK) == 1.0  # what ran as long as stable_s says is stable
