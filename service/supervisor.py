@@ -22,7 +22,7 @@ from .slots import SERVER_FILES, SHM_DIR, owner_tag, sweep_stale_files
 
 log = logging.getLogger("vkact.supervisor")
 SUPERVISOR_ENV = "VKACT_SUPERVISOR_PID"  # tells the HTTP processes whose registry they share
-FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 30.0  # the restart delay (restart_backoff)
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 30.0  # the restart delay (restart_backoff); QUICK_EXITS stops it at 8 s
 # uvicorn's exit status when the app could not start (a port taken, a setting the lifespan refuses):
 # a fault that a restart cannot mend, so the supervisor stops with it instead of retrying for ever.
 STARTUP_FAILURE = 3
