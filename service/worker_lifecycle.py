@@ -12,6 +12,7 @@ import asyncio
 import logging
 import multiprocessing as mp
 import time
+from abc import ABC, abstractmethod
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -32,7 +33,7 @@ FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S = 0.2, 5.0
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
 
 
-class WorkerLifecycle:
+class WorkerLifecycle(ABC):
     """One device worker process's life on the HTTP side. Use from the event loop only; a subclass
     reads the worker's messages (``_on_message``, called when the replies' pipe is readable)."""
 
@@ -162,8 +163,9 @@ class WorkerLifecycle:
             except OSError:
                 pass
 
+    @abstractmethod
     def _on_message(self) -> None:
-        raise NotImplementedError
+        """Read the worker's messages: the replies' pipe is readable (its subclass's, which knows the jobs)."""
 
     def _on_ready(self, info: dict[str, Any]) -> None:
         """The worker's ready report: its device, limits and the CPU of its job thread."""
