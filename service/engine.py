@@ -3,11 +3,10 @@
 Single-threaded by contract: kp holds the GIL for a whole ``eval`` and has no locks, so an Engine is
 used by the one thread that created it (the service's device worker); calls from another thread raise.
 
-Reuse: kp binds an Algorithm (pipeline + descriptor set) to fixed tensors, and tensors cannot grow. So
-buffers live in slots of a few capacity buckets, each kernel variant gets one Algorithm per slot, and a
-call changes only the push constants (element count, parameters); the kernels' grid-stride loops make
-a fixed workgroup count serve any count up to the capacity. Slots are evicted least recently used once
-the pool outgrows ``Settings.pool_bytes``.
+Reuse: buffers live in slots of a few capacity buckets with one pipeline per kernel variant and slot
+(``engine_pool``), and a call changes only the push constants (element count, parameters); the kernels'
+grid-stride loops make a fixed workgroup count serve any count up to the capacity. What an execution
+recorded on them (its plan, a replayer) is dropped with them.
 
 What each dispatch looks like (variant, push constants, workgroups, capacity) is ``DispatchGeometry``'s
 arithmetic, which an Engine is; one execution's checked plan and its copies are ``engine_plan``'s.
@@ -27,9 +26,10 @@ import numpy as np
 
 from .config import Settings
 from .device_tuning import slot_import_bytes, tuning_for
-from .dispatch_geometry import META_WORDS, UNIT_BYTES, DispatchGeometry, push_words
+from .dispatch_geometry import UNIT_BYTES, DispatchGeometry, push_words
 from .engine_direct import DirectRuns
 from .engine_graph import GraphRun
+from .engine_pool import BufferPool
 from .engine_plan import EngineStats, Prepared, _Plan, _Slot
 from .errors import InvalidRequest, UnsupportedOnDevice
 from .graph_compiler import GraphPlan
@@ -65,18 +65,13 @@ class Engine(DispatchGeometry):
         self._tensor_type = kp.TensorTypes.host if self.memory == "host" else kp.TensorTypes.device
         self._compiler = ShaderCompiler(settings)
         self._spirv: dict[Variant, bytes] = {}
-        self._slots: OrderedDict[int, _Slot] = OrderedDict()
-        # (variant, capacity, in_place[, groups]): with its workgroups; least recently used first, at
-        # most settings.max_pipelines (each is a compiled pipeline: on llvmpipe, JIT code in this process)
-        self._algorithms: OrderedDict[tuple, tuple[kp.Algorithm, int]] = OrderedDict()
-        self._epoch = 0  # counts trims: a slot not used since the last one is idle
-        self._pool_bytes = 0
+        self.stats = EngineStats()
+        self.pool = BufferPool(self._mgr, self._tensor_type, settings.pool_bytes, settings.max_pipelines, self.stats, self._forget_plans)
         self._seq = self._mgr.sequence()
         self._plans: OrderedDict[tuple[Hashable, bool], _Plan] = OrderedDict()
-        self._generation = 0  # counts the times every plan was dropped: replayers made before are stale
+        self._generation = 0  # counts the times plans were dropped: replayers made before may be stale
         self._batched: OrderedDict[tuple[Hashable, int], OperatorDesc] = OrderedDict()  # (key, jobs): descriptor end to end
         self._graph_runs: OrderedDict[str, GraphRun] = OrderedDict()   # by GraphProgram.key
-        self.stats = EngineStats()
         # large copies on two threads (host_copy): the caller's Copier (the device worker's, its helper made at
         # the job thread's niceness), else one whose helper starts here, with this thread's CPUs and niceness
         self._copier = copier or Copier()
@@ -103,8 +98,7 @@ class Engine(DispatchGeometry):
             self._graph_runs.popitem()[1].destroy()
         if self._direct is not None:
             self._direct.close()
-        self._algorithms.clear()
-        self._slots.clear()
+        self.pool.clear()
         self._seq = None
         self._mgr.destroy()
         if self._owns_copier:
@@ -168,7 +162,7 @@ class Engine(DispatchGeometry):
             run = self._graph_runs[key] = GraphRun(self, plan)
         else:
             self._graph_runs.move_to_end(key)
-        run.used = self._epoch
+        run.used = self.pool.epoch
         return run
 
     def replayer(self, op: OperatorDesc, inputs: Sequence[Buffer], out: Buffer, key: Hashable, in_place: bool = False) -> Callable[[], float | None]:
@@ -182,14 +176,14 @@ class Engine(DispatchGeometry):
         if plan is None:
             raise InvalidRequest("no plan to replay: execute this keyed operator first")
         generation = self._generation
-        slot = plan.prepared.slot
+        slot, pool = plan.prepared.slot, self.pool
         run = plan.bound(arrays, result)
 
         def replay() -> float | None:
             self._check_thread()
             if self._generation != generation:
                 return None
-            slot.used = self._epoch
+            slot.used = pool.epoch
             return run()
 
         return replay
@@ -232,14 +226,15 @@ class Engine(DispatchGeometry):
         if found is None:
             return None
         run_key, run = found
-        run.used = self._epoch
+        pool = self.pool
+        run.used = pool.epoch
         stats, evaluate = self.stats, run.sequence.eval
 
         def replay() -> float | None:
             self._check_thread()
             if not direct.is_live(run_key, run):
                 return None
-            run.used = self._epoch
+            run.used = pool.epoch
             started = time.perf_counter()
             try:
                 evaluate()
@@ -285,8 +280,7 @@ class Engine(DispatchGeometry):
             plan = self._plans.get((key, in_place))
             if plan is not None:
                 self._plans.move_to_end((key, in_place))
-                self._slots.move_to_end(plan.prepared.slot.capacity)
-                plan.prepared.slot.used = self._epoch
+                self.pool.touch(plan.prepared.slot)
                 return plan
         op.check_execution(in_place, self.max_tensor_bytes)
         prepared = self.prepare(op, in_place)
@@ -319,7 +313,7 @@ class Engine(DispatchGeometry):
         """The pipeline, buffers and push constants that ``execute(op, ...)`` dispatches, created on
         first use and cached: what a benchmark times, without the copies around it."""
         variant, push, meta, clear, groups = self.dispatch_shape(op)
-        slot = self._slot(self._capacity(op))
+        slot = self.pool.slot(self._capacity(op))
         algorithm, groups = self._algorithm(variant, slot, in_place, op.data_type.info.size, groups)
         return Prepared(algorithm, push, slot, meta, clear and not in_place, groups)
 
@@ -378,83 +372,42 @@ class Engine(DispatchGeometry):
 
     # -- pools --------------------------------------------------------------------------------------
 
-    def _slot(self, capacity: int) -> _Slot:
-        slot = self._slots.get(capacity)
-        if slot is not None:
-            self._slots.move_to_end(capacity)
-            slot.used = self._epoch
-            return slot
-        while self._slots and self._pool_bytes + 3 * capacity > self.settings.pool_bytes:
-            self._evict(next(iter(self._slots)))
-        slot = self._slots[capacity] = _Slot(capacity, self._epoch)
-        return slot
-
     def trim(self) -> int:
-        """Free the buffers (and pipelines) of slots unused since the last trim: the device worker calls
-        this every idle_release_s, so idle memory goes back within two periods. Returns slots freed."""
+        """Free the buffers (and pipelines) of slots unused since the last trim, with the graph runs and
+        direct runs unused as long: the device worker calls this every idle_release_s, so idle memory goes
+        back within two periods. Returns slots freed."""
         self._check_thread()
-        idle = [capacity for capacity, slot in self._slots.items() if slot.used < self._epoch]
-        for capacity in idle:
-            self._evict(capacity)
-        for key in [k for k, run in self._graph_runs.items() if run.used < self._epoch]:
+        epoch = self.pool.epoch
+        for key in [k for k, run in self._graph_runs.items() if run.used < epoch]:
             self._graph_runs.pop(key).destroy()
         if self._direct is not None:
-            self._direct.trim(self._epoch)
-        self._epoch += 1
-        return len(idle)
+            self._direct.trim(epoch)
+        return self.pool.trim()
 
-    def _tensor(self, slot: _Slot, name: str) -> kp.Tensor:
-        tensor = slot.tensors.get(name)
-        if tensor is None:
-            size = META_WORDS * 4 if name == "meta" else slot.capacity
-            tensor = self._mgr.tensor_t(np.zeros(size // 4, np.uint32), self._tensor_type)
-            slot.tensors[name] = tensor
-            slot.views[name] = tensor.data().view(np.uint8)
-            self._pool_bytes += size
-            self.stats.buffers_allocated += 1
-        return tensor
-
-    def _evict(self, capacity: int) -> None:
-        slot = self._slots.pop(capacity)
-        self._plans.clear()  # a cached plan may use this slot
-        self._generation += 1  # and so may a replayer
-        for key in [k for k in self._algorithms if k[1] == capacity]:
-            self._algorithms.pop(key)[0].destroy()
-            self.stats.pipelines_destroyed += 1
-        for name, tensor in slot.tensors.items():
-            self._pool_bytes -= META_WORDS * 4 if name == "meta" else slot.capacity
-            tensor.destroy()
-        self.stats.slots_evicted += 1
+    def _forget_plans(self, algorithm: kp.Algorithm | None) -> None:
+        """The pool is letting ``algorithm`` go (None: a slot, which any plan may use): drop the plans
+        that dispatch it, and make every replayer made so far look again."""
+        if algorithm is None:
+            self._plans.clear()
+        else:
+            for plan_key in [k for k, plan in self._plans.items() if plan.prepared.algorithm is algorithm]:
+                del self._plans[plan_key]
+        self._generation += 1
 
     def _algorithm(self, variant: Variant, slot: _Slot, in_place: bool, itemsize: int, groups: int | None = None) -> tuple[kp.Algorithm, int]:
         """The pipeline of ``variant`` on ``slot``'s buffers and its workgroup count. Elementwise kernels
         (groups None) get the count that covers the slot; reductions say theirs, which is part of the key."""
         key = (variant, slot.capacity, in_place) if groups is None else (variant, slot.capacity, in_place, groups)
-        cached = self._algorithms.get(key)
-        if cached is not None:
-            self._algorithms.move_to_end(key)
-            return cached
-        while len(self._algorithms) >= self.settings.max_pipelines:
-            self._drop_algorithm(next(iter(self._algorithms)))
-        spirv = self.variant_spirv(variant)
-        names = [f"in{i}" for i in range(variant.inputs)] + ["in0" if in_place else "out"]
-        if variant.layout == "STRIDED":
-            names.append("meta")
-        tensors = [self._tensor(slot, n) for n in names]
-        if groups is None:  # elementwise: enough groups to cover the slot
-            units = slot.capacity // (UNIT_BYTES if variant.layout == "PACKED" else itemsize)
-            groups = self.workgroups(units)
-        spec = np.array([self.local_size], np.uint32)
-        algorithm = self._mgr.algorithm(tensors, spirv, (groups, 1, 1), spec, push_words([]))
-        self._algorithms[key] = algorithm, groups
-        self.stats.pipelines_created += 1
-        return algorithm, groups
 
-    def _drop_algorithm(self, key: tuple) -> None:
-        """Destroy the least recently used pipeline, with the plans (and replayers) that dispatch it."""
-        algorithm = self._algorithms.pop(key)[0]
-        for plan_key in [k for k, plan in self._plans.items() if plan.prepared.algorithm is algorithm]:
-            del self._plans[plan_key]
-        self._generation += 1
-        algorithm.destroy()
-        self.stats.pipelines_destroyed += 1
+        def make() -> tuple[kp.Algorithm, int]:
+            spirv = self.variant_spirv(variant)
+            names = [f"in{i}" for i in range(variant.inputs)] + ["in0" if in_place else "out"]
+            if variant.layout == "STRIDED":
+                names.append("meta")
+            tensors = [self.pool.tensor(slot, n) for n in names]
+            # elementwise: enough groups to cover the slot
+            count = groups if groups is not None else self.workgroups(slot.capacity // (UNIT_BYTES if variant.layout == "PACKED" else itemsize))
+            spec = np.array([self.local_size], np.uint32)
+            return self._mgr.algorithm(tensors, spirv, (count, 1, 1), spec, push_words([])), count
+
+        return self.pool.pipeline(key, make)

@@ -40,7 +40,7 @@ class GraphRun:
         self.program = program = plan.program
         graph = plan.graph
         ops = graph.operators
-        self.used = engine._epoch
+        self.used = engine.pool.epoch
         self._ops = ops
         self._uploads_once: list[kp.Tensor] = []   # meta tables: device memory needs them once
         self._tensors: list[kp.Tensor] = []

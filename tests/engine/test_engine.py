@@ -132,9 +132,9 @@ def test_eviction_keeps_the_pool_within_budget_and_results_right(keyed, memory):
             x = np.linspace(-4, 4, n, dtype=np.float32)
             op = make_op("SOFTSIGN", np.float32, (n,))
             assert_matches(run(engine, op, x, keyed=keyed), op.reference(x), 2)
-            assert all(plan.prepared.slot.capacity in engine._slots for plan in engine._plans.values())
+            assert all(plan.prepared.slot.capacity in engine.pool.slots for plan in engine._plans.values())
         assert engine.stats.slots_evicted > 0
-        assert engine._pool_bytes <= 1 << 20
+        assert engine.pool.bytes <= 1 << 20
     finally:
         engine.close()
 
@@ -280,8 +280,8 @@ def test_pipelines_are_capped_least_recently_used_out(keyed):
             x = np.random.default_rng(i).standard_normal(sizes).astype(dtype)
             op = make_op(kind, dtype, sizes, strides)
             assert_matches(run(engine, op, x, keyed=keyed), op.reference(x), 4 if dtype is np.float32 else 1)
-            assert len(engine._algorithms) <= 8
-            assert all(plan.prepared.algorithm in [a for a, _ in engine._algorithms.values()] for plan in engine._plans.values())
+            assert len(engine.pool.pipelines) <= 8
+            assert all(plan.prepared.algorithm in [a for a, _ in engine.pool.pipelines.values()] for plan in engine._plans.values())
         assert engine.stats.pipelines_destroyed >= engine.stats.pipelines_created - 8 > 0
     finally:
         engine.close()
@@ -293,14 +293,14 @@ def test_trim_frees_what_was_not_used_since_the_last_trim(engine):
     run(engine, big, xb, keyed=True)
     run(engine, small, xs, keyed=True)
     engine.trim()                        # both used since the start: kept
-    assert engine._pool_bytes > 1 << 20
+    assert engine.pool.bytes > 1 << 20
     run(engine, small, xs, keyed=True)
     engine.trim()                        # the big one was idle for a whole period: freed
-    assert 0 < engine._pool_bytes < 1 << 20 and bucket(1 << 20) not in engine._slots
+    assert 0 < engine.pool.bytes < 1 << 20 and bucket(1 << 20) not in engine.pool.slots
     assert_matches(run(engine, big, xb, keyed=True), big.reference(xb), 2)  # and made again when needed
     engine.trim()
     engine.trim()
-    assert engine._pool_bytes == 0 and not engine._algorithms and not engine._plans
+    assert engine.pool.bytes == 0 and not engine.pool.pipelines and not engine._plans
 
 
 def test_every_eval_of_one_recorded_sequence_waits_for_its_own_dispatch(engine):
