@@ -34,7 +34,8 @@ from service.descriptors.graph import GraphDesc, parse_graph
 from service import graph_compiler, graph_glsl
 from service.engine import Engine
 from service.engine_graph import GraphRun
-from service.graph_compiler import GraphCompiler, GraphPlan
+from service.graph_compiler import GraphCompiler
+from service.graph_program import GraphPlan
 
 from . import iree_peer
 from .kernels import VkBench

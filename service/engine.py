@@ -32,7 +32,7 @@ from .engine_graph import GraphRun
 from .engine_pool import BufferPool
 from .engine_plan import EngineStats, Prepared, _Plan, _Slot
 from .errors import InvalidRequest, UnsupportedOnDevice
-from .graph_compiler import GraphPlan
+from .graph_program import GraphPlan
 from .host_copy import Copier
 from .limits import MAX_GRAPH_RUNS, MAX_PLANS
 from .operators import OperatorDesc

@@ -1,5 +1,5 @@
-"""Running a compiled graph (service/graph_compiler.py) on the engine: every step's dispatch in one
-command buffer, one buffer per graph tensor that crosses a step.
+"""Running a compiled graph (service/graph_program.py, made by graph_compiler.py) on the engine: every
+step's dispatch in one command buffer, one buffer per graph tensor that crosses a step.
 
 A ``GraphRun`` belongs to one program on one engine and is kept (least recently used out, and freed by
 ``Engine.trim`` when idle) so that a graph of the same structure (a new Alpha) reuses its buffers,
@@ -26,7 +26,7 @@ from .buckets import bucket
 from .descriptors import TensorDesc
 from .dispatch_geometry import UNIT_BYTES, push_words
 from .errors import InvalidRequest, PayloadTooLarge
-from .graph_compiler import FusedStep, GraphPlan, NodeStep, ReductionStep, Value
+from .graph_program import FusedStep, GraphPlan, NodeStep, ReductionStep, Value
 from .graph_glsl import PARAM_WORDS
 from .operators import OperatorDesc
 

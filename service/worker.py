@@ -23,7 +23,7 @@ import numpy as np
 from . import framing
 from .config import Settings
 from .errors import DeviceFailure, VkactError
-from .graph_compiler import GraphPlan
+from .graph_program import GraphPlan
 from .jobs import LARGE, Facts, GraphResult, Job, Repeatable, Result, Source, copy_into, descriptor_key, lay_out
 from .limits import BATCH_BYTES, OPS_CACHED
 from .operators import OperatorDesc

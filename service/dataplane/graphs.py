@@ -39,7 +39,8 @@ from ..config import Settings
 from ..descriptors.graph import GraphDesc, parse_graph
 from ..descriptors.tensor import TensorDesc
 from ..errors import DescriptorError, InvalidRequest, PayloadTooLarge, UnsupportedOnDevice
-from ..graph_compiler import GraphCompiler, GraphPlan
+from ..graph_compiler import GraphCompiler
+from ..graph_program import GraphPlan
 from ..jobs import GraphResult, Source
 from .execution import watched
 from .readiness import ready_device

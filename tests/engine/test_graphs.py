@@ -10,7 +10,8 @@ import pytest
 from client.buffers import to_buffer, view
 from service.config import Settings
 from service.descriptors.graph import GraphDesc, parse_graph
-from service.graph_compiler import FusedStep, GraphCompiler, NodeStep, ReductionStep
+from service.graph_compiler import GraphCompiler
+from service.graph_program import FusedStep, NodeStep, ReductionStep
 from tests.graph_helpers import SIZES, activation, broadcast_prelu, chain, linear_tanh_shrink, node_by_node, prelu_softmax, sample, shared_intermediate
 
 
