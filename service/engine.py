@@ -169,7 +169,8 @@ class Engine(DispatchGeometry):
         """``execute(op, inputs, out=out, key=key, in_place=in_place)`` to repeat on the same buffers
         (new bytes in them each time), with its checks and look-ups done once: the device worker
         replays a repeated request this way. The call returns the dispatch's seconds, or None without
-        running when the engine no longer keeps the plan (run ``execute`` again, and make a new one)."""
+        running once any plan was dropped since it was made, its own or another's (a pipeline or a slot
+        let go): run ``execute`` again, and make a new one."""
         arrays = self._check_inputs(op, inputs)
         result = self._check_output(op, out)
         plan = self._plans.get((key, in_place))
@@ -386,7 +387,8 @@ class Engine(DispatchGeometry):
 
     def _forget_plans(self, algorithm: kp.Algorithm | None) -> None:
         """The pool is letting ``algorithm`` go (None: a slot, which any plan may use): drop the plans
-        that dispatch it, and make every replayer made so far look again."""
+        that dispatch it; every replayer made so far then returns None (its caller executes and makes a
+        new one)."""
         if algorithm is None:
             self._plans.clear()
         else:
