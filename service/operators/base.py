@@ -7,11 +7,12 @@ constants in declaration order, so a shader reads PARAM(i) in the order of the D
 from __future__ import annotations
 
 import functools
+import struct
 from enum import Enum
 from typing import Annotated, ClassVar, Optional
 
 import numpy as np
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport, packed_strides
 from ..descriptors.canonical import CanonicalModel
@@ -24,8 +25,17 @@ from ..errors import DescriptorError, UnsupportedOnDevice
 #: The FLOAT64 that the float operators accept beyond DirectML (ONNX defines double for them).
 FLOAT64_ONLY = frozenset({DataType.FLOAT64})
 
-#: A scalar parameter: DirectML's FLOAT, which must be a finite number here.
-Scalar = Annotated[float, Field(allow_inf_nan=False)]
+def _finite_as_float32(value: float) -> float:
+    """A number past float32's range would reach the kernel as an infinity (an integer kernel: no bound at all)."""
+    try:
+        struct.pack("<f", value)  # rounds to float32; raises where that rounds to an infinity
+    except OverflowError:
+        raise ValueError(f"{value!r} is past DirectML's FLOAT (float32) range: it must round to a float32 of magnitude at most 3.4028235e+38") from None
+    return value
+
+
+#: A scalar parameter: DirectML's FLOAT, which must be a finite number here, and one as a float32.
+Scalar = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_finite_as_float32)]
 
 
 class OperatorDesc(CanonicalModel):

@@ -64,6 +64,9 @@ def shrink(**fields) -> dict:
         ({"Type": "DML_OPERATOR_ACTIVATION_CELU", "InputTensor": {"DataType": "DML_TENSOR_DATA_TYPE_INT64", "Sizes": [2]}}, "InputTensor.DataType", "does not support"),
         (shrink(OutputTensor=tensor(np.float32, (2, 3), (1, 1))), "OutputTensor.Strides", "share one position"),
         (shrink(Threshold=float("nan")), "Threshold", "finite"),
+        # finite as a float64, an infinity as the float32 the kernel gets
+        (shrink(Bias=1e39), "Bias", "float32"),
+        (shrink(Threshold=-3.5e38), "Threshold", "float32"),
         (shrink(Bias="a lot"), "Bias", "valid number"),
         (shrink(Lambda=1.0), "Lambda", "not permitted"),
         ({**shrink(), "Type": "DML_OPERATOR_ACTIVATION_SHRINKAGE"}, "Type", "unknown operator"),

@@ -170,6 +170,14 @@ def test_numeric_string_parameters_for_clients_without_double(stub):
     with pytest.raises(grpc.RpcError) as info:
         stub.ModelInfer(request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "parameters.Bias" in info.value.details()
+    # a number past float32's range, on an integer tensor (where it once reached the kernel's set-up: INTERNAL)
+    integers = service_pb2.ModelInferRequest(model_name="shrink")
+    integers.parameters["Threshold"].string_param = "1e39"
+    integers.inputs.add(name="InputTensor", datatype="INT32", shape=[4]).contents.int_contents.extend([1, 2, 3, 4])
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(integers)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "parameters.Threshold" in info.value.details()
+    assert "float32" in info.value.details()
 
 
 def test_large_tensor(gc):
