@@ -139,6 +139,8 @@ class BodyReader(asyncio.BufferedProtocol):
         self.proto.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
+        if self.left:  # the client will send no more: this body never completes, and nothing is answered
+            return None  # the transport closes: connection_lost, the read a ClientDisconnect
         return self.proto.eof_received()
 
     def pause_writing(self) -> None:

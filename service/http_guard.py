@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -67,6 +68,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._since = 0.0               # when the awaited part began, or the last body byte came
         self._departures: set[asyncio.Future[None]] = set()  # of the requests running on the device: done when it is lost
         self._lost = False
+        # the cycle whose request is being answered: uvicorn's connection_lost marks only its newest (self.cycle)
+        # gone, which is a pipelined one where requests queue behind that answer
+        self._running: Any = None
+        self._eof = False  # the client half-closed: it sends no more, and the connection closes after the answers owed
 
     # -- the timer ---------------------------------------------------------------------------------
 
@@ -106,6 +111,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        running = self._running
+        if running is not None and running is not self.cycle and not running.response_complete:
+            # else its answer is written to the closed transport: a RuntimeError and an ERROR traceback in the
+            # log for every client that pipelines two requests and hangs up (the pipelined ones never start)
+            running.disconnected = True
+            running.message_event.set()
         for gone in tuple(self._departures):
             if not gone.done():
                 gone.set_result(None)
@@ -114,6 +125,34 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._timer.cancel()
             self._timer = None
         super().connection_lost(exc)
+
+    def eof_received(self) -> bool:  # type: ignore[override]
+        """The client has shut its sending side (a client that says "no more requests" so, as `nc -N` does):
+        the requests it sent are still answered, in order, and the connection closed after the last
+        (uvicorn closed it at once: they were never answered). With none owed it closes now."""
+        if self._body_cut_short():  # the request never completes
+            return False  # the transport closes, as uvicorn closed it: the client is gone
+        self._eof = True
+        self._waiting_for = ""  # no more request bytes can come: a partial request's head is dropped
+        return not self._answered_all()
+
+    def _body_cut_short(self) -> bool:
+        """Whether the newest request's body is still coming (httptools' cycle until its message completes)."""
+        return self.cycle is not None and self.cycle.more_body
+
+    def _answered_all(self) -> bool:
+        """No answer is owed on this connection: none is being sent and none is queued."""
+        running = self._running
+        return not self.pipeline and (running is None or running.response_complete)
+
+    def _close_after_the_last(self) -> None:
+        """After an answer: a half-closed connection with no other answer owed is closed."""
+        if self._eof and self._answered_all() and not self.transport.is_closing():
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._close_after_the_last()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -143,7 +182,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super()._start_asgi_task(cycle, app)
 
     def _mark(self, cycle: RequestResponseCycle) -> None:
-        """Put what vkact's routes use of this protocol in ``cycle``'s scope, before it runs."""
+        """Put what vkact's routes use of this protocol in ``cycle``'s scope, before it runs (the running one)."""
+        self._running = cycle
         if not cycle.access_log:  # FrameResponse writes its answer whole on this cycle (api.execution.send_whole)
             cycle.scope[CYCLE_KEY] = cycle  # type: ignore[literal-required]
         cycle.scope[DEPARTURE_KEY] = self._departure  # type: ignore[literal-required]

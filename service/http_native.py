@@ -102,6 +102,7 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         else:
             self.cycle = cycle = self._cycle(path, raw_path, headers, body, keep_alive)
         if existing is None or existing.response_complete:
+            self._running = cycle
             # a direct request whose answer can be written at once: no task, where its job can go at once
             if direct is None or self.flow.write_paused or not cycle.start(app):  # type: ignore[union-attr]
                 self._start_asgi_task(cycle, app)
@@ -131,6 +132,11 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         else:  # pipelined behind an answer in progress (reading paused: the reader reads only when asked)
             self.pipeline.appendleft((cycle, large))
 
+    def _body_cut_short(self) -> bool:  # type: ignore[override]
+        """h1http makes a cycle of a whole request only (and a large body's reader closes at a half-close
+        before the body is in: http_body), so only httptools' cycles, once it has the connection, can lack one."""
+        return self.native is None and super()._body_cut_short()
+
     def _app_for(self, headers: list[tuple[bytes, bytes]]) -> Any:
         """The app behind uvicorn's cycle for a request with ``headers``: uvicorn's proxy headers middleware
         only where X-Forwarded-* headers are (it changes nothing in any other request)."""
@@ -155,6 +161,7 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle | DirectCycle, app) -> None:  # type: ignore[override]
         if isinstance(cycle, DirectCycle):  # no scope to mark
+            self._running = cycle
             HttpToolsProtocol._start_asgi_task(self, cycle, app)  # type: ignore[arg-type]
         else:
             super()._start_asgi_task(cycle, app)
@@ -183,6 +190,9 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
+            return
+        if self._eof:  # half-closed by the client, and this was the last answer owed
+            self.transport.close()
             return
         self._idle_since = self.loop.time()
         if self.timeout_keep_alive_task is None:

@@ -237,9 +237,10 @@ async def send_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes
 def write_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes | memoryview | tuple[bytes | memoryview, ...],
                 held: bool = False) -> bool:
     """send_whole's write, without waiting for the transport's room (the caller has it: flow control not
-    paused); False, nothing written, where the client has gone. ``held``: the transport pauses writing
-    while it holds any byte (send_whole's ``until_written``). ``end_response`` follows it."""
-    if cycle.disconnected:
+    paused); False, nothing written, where the client has gone (its transport closing: the loss may not
+    have reached the protocol yet). ``held``: the transport pauses writing while it holds any byte
+    (send_whole's ``until_written``). ``end_response`` follows it."""
+    if cycle.disconnected or cycle.transport.is_closing():
         return False
     if cycle.response_started:
         raise RuntimeError("a response was already started")
