@@ -7,7 +7,8 @@ text and counts the tasks of requests too. Each connection is one protocol objec
 timers on it (one per connection, re-armed only when it fires: a body chunk costs no timer call).
 
 - headers: from a connection's opening, and from the first byte of each later request on it, the
-  headers must be complete within ``header_timeout_s``; else 408 and the connection is closed;
+  headers must be complete within ``header_timeout_s``; else 408 and the connection is closed; a head
+  larger than ``MAX_HTTP_HEAD`` gets 431 and the connection is closed;
 - body: while the service waits for a request's body, ``body_timeout_s`` without a byte closes the
   connection (the route sees the client gone); a body the route has not asked for yet (reading
   paused) is not the client's delay and is not timed;
@@ -27,6 +28,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from .api.execution import CYCLE_KEY, DEPARTURE_KEY
 from .api.json_text import dumps
 from .config import Settings
+from .limits import MAX_HTTP_HEAD
 
 PROBES = (b"/health/live", b"/v2/health/live")
 # Body bytes the route has not taken yet past which reading pauses. uvicorn pauses past 64 KiB and
@@ -45,6 +47,13 @@ def _answer(status: bytes, message: str) -> bytes:
     body = dumps({"error": message, "field": None})
     return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\nconnection: close\r\n"
             + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+async def _head_too_large(scope, receive, send) -> None:  # an ASGI app: the answer to a head past MAX_HTTP_HEAD
+    body = dumps({"error": f"the request's line and headers passed {MAX_HTTP_HEAD} bytes", "field": None})
+    await send({"type": "http.response.start", "status": 431, "headers": [
+        (b"content-type", b"application/json"), (b"connection", b"close"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _busy(scope, receive, send) -> None:  # an ASGI app: the answer past the connection bound
@@ -66,6 +75,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._waiting_for = ""          # "headers", "body" or "" (nothing is timed)
         self._since = 0.0               # when the awaited part began, or the last body byte came
+        self._head_bytes = 0            # read while the headers are awaited (MAX_HTTP_HEAD)
+        self._head_parsed = 0           # of the request line and headers httptools has parsed
         self._departures: set[asyncio.Future[None]] = set()  # of the requests running on the device: done when it is lost
         self._lost = False
         # the cycle whose request is being answered: uvicorn's connection_lost marks only its newest (self.cycle)
@@ -77,6 +88,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _expect(self, what: str, timeout: float) -> None:
         self._waiting_for, self._since = what, self.loop.time()
+        if what == "headers":
+            self._head_bytes = 0
         if self._timer is not None and self._timer.when() > self._since + timeout:  # due too late for this part
             self._timer.cancel()
             self._timer = None
@@ -103,7 +116,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._waiting_for = ""
         self.transport.close()
 
+    def _refuse_head(self) -> None:
+        """A head still coming past MAX_HTTP_HEAD (httptools buffers a header's value until it ends): 431, closed."""
+        self.logger.info("closing a connection whose request head passed %d bytes", MAX_HTTP_HEAD)
+        if self.cycle is None or self.cycle.response_complete:  # not inside an answer being sent
+            self.transport.write(_answer(b"431 Request Header Fields Too Large",
+                                         f"the request's line and headers passed {MAX_HTTP_HEAD} bytes"))
+        self._waiting_for = ""
+        self.transport.close()
+
     # -- uvicorn's callbacks -------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        """httptools' reading (h1http reads its own, its heads bounded): a head past MAX_HTTP_HEAD is refused,
+        here while it is still coming (the bytes read meanwhile), in on_headers_complete once whole."""
+        if self._waiting_for == "headers":
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._waiting_for == "headers" and self._head_bytes > MAX_HTTP_HEAD and not self.transport.is_closing():
+            self._refuse_head()
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -154,15 +185,33 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         self._close_after_the_last()
 
+    def on_url(self, url: bytes) -> None:
+        room = MAX_HTTP_HEAD - self._head_parsed
+        self._head_parsed += len(url)
+        if room > 0:  # past the bound its start is kept (a URL to parse), for the 431's cycle
+            super().on_url(url[:room])
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_parsed += len(name) + len(value) + 4  # ": " and CRLF: the bytes of the line
+        if self._head_parsed <= MAX_HTTP_HEAD:  # past it nothing more is kept: the request is refused
+            super().on_header(name, value)
+
     def on_message_begin(self) -> None:
+        self._head_parsed = 0
         super().on_message_begin()
         if self._waiting_for != "headers":  # a later request on a kept-alive connection: its first byte
             self._expect("headers", self.header_timeout)
 
     def on_headers_complete(self) -> None:
         self._expect("body", self.body_timeout)
-        if self.url.split(b"?")[0] not in PROBES and self._over_bound():
-            app, self.app = self.app, _busy
+        refusal = None
+        if self._head_parsed > MAX_HTTP_HEAD:
+            self.logger.info("answering 431 to a request whose head passed %d bytes", MAX_HTTP_HEAD)
+            refusal = _head_too_large
+        elif self.url.split(b"?")[0] not in PROBES and self._over_bound():
+            refusal = _busy
+        if refusal is not None:
+            app, self.app = self.app, refusal
             try:
                 super().on_headers_complete()
             finally:

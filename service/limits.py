@@ -23,9 +23,13 @@ MAX_STATUS_MESSAGE = 1024
 UNCHARGED_BYTES = 1 << 16
 #: The HTTP/1.1 requests h1http takes (service/http_native.py): a body of at most this many bytes (uvicorn's
 #: read buffer per connection before it pauses reading, so a connection holds no more unread bytes than
-#: under httptools) and a head of at most this many; larger ones go to httptools, whose bounds apply.
+#: under httptools) and a head of at most this many; larger ones go to httptools, within MAX_HTTP_HEAD.
 NATIVE_HTTP_BODY = 1 << 16
 NATIVE_HTTP_HEAD = 16384
+#: A request's head (request line and headers) past this many bytes is a 431 and the connection is closed
+#: (http_guard): httptools has no bound of its own, and one request's 1,000 headers of 1 MiB grew the HTTP
+#: process by 850 MiB. Counted from the read after the head's first; Go's net/http allows 1 MiB, nginx 32 KiB.
+MAX_HTTP_HEAD = 1 << 16
 INLINE_BYTES = 1 << 18  # JSON text up to this long is parsed on the event loop: a few ms at most
 HEADER_CACHE_ENTRIES = 512  # distinct headers kept by each front-end's header cache, least recently used out
 MAX_HEADER_BYTES = 8192  # longer headers are parsed every time
