@@ -186,9 +186,17 @@ def slot_readers(queue_size: int) -> int:
     """How many requests of one HTTP process may read their tensors from the socket into a slot at once:
     half the worker's slots (queue_size + IN_FLIGHT). A slot is taken before its bytes arrive, so a
     client that sends a body slowly holds it for as long as it sends (a byte per body timeout); past
-    this, bodies are read whole first (``_whole``, bounded by the budget of bytes in flight), so slow
-    clients cannot take the slots that every request, a small one too, needs."""
+    this, or past half the slots' memory (``slot_reader_bytes``), bodies are read whole first (``_whole``,
+    charged to the budget of bytes in flight as they come), so slow clients cannot take the slots that
+    every request, a small one too, needs."""
     return max(1, (queue_size + IN_FLIGHT) // 2)
+
+
+def slot_reader_bytes(slot_bytes: int) -> int:
+    """The tensor bytes (inputs and output) that the requests reading into slots may hold together: half of
+    VKACT_SLOT_BYTES. The count alone let four clients trickling 128 MiB tensors hold the 1 GiB default,
+    every other request a 503 while they trickled."""
+    return slot_bytes // 2
 
 
 class LargeRequest:
@@ -196,6 +204,7 @@ class LargeRequest:
     protocol's pipeline): reads its body through ``reader`` as the module's docstring says."""
 
     in_slots = 0  # this process's requests reading their tensors into a slot now (slot_readers bounds them)
+    bytes_in_slots = 0  # their tensors' bytes, inputs and output (slot_reader_bytes bounds them)
 
     def __init__(self, reader: BodyReader, length: int, runtime_app: VkactApp, app: Any,
                  route: tuple[str | None, str | None, str] | None) -> None:
@@ -233,12 +242,15 @@ class LargeRequest:
         parsed = v2.repeated_large(state, model, version, self.head, self.length - n)  # type: ignore[arg-type]
         if parsed is None:
             return False
-        if LargeRequest.in_slots >= slot_readers(state.settings.queue_size):  # the other slots stay others'
+        op = parsed.op
+        need = sum(desc.total_bytes for desc in op.inputs) + op.output.total_bytes
+        if (LargeRequest.in_slots >= slot_readers(state.settings.queue_size)  # the other slots stay others'
+                or LargeRequest.bytes_in_slots + need > slot_reader_bytes(state.settings.slot_bytes)):
             return False
         started = time.perf_counter()
-        op = parsed.op
         claim = state.inflight.claim()
         LargeRequest.in_slots += 1
+        LargeRequest.bytes_in_slots += need
         try:
             refuse_oversize(claim, self.length)
             claim.grow(len(self.head))
@@ -251,6 +263,7 @@ class LargeRequest:
             return True
         finally:
             LargeRequest.in_slots -= 1
+            LargeRequest.bytes_in_slots -= need
             claim.release()
         if result is None:  # the client left
             return True

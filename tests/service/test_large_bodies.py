@@ -217,3 +217,34 @@ def test_a_half_close_mid_body_ends_the_request_and_one_after_the_whole_body_is_
     with connect(small_queue) as s:  # and the slots are back
         for _ in range(3):
             np.testing.assert_array_equal(call(s, x), np.maximum(x, 0))
+
+
+def test_stalled_readers_hold_at_most_half_the_slot_memory():
+    """The count of slot readers (half the slots) left every byte of VKACT_SLOT_BYTES to a few clients trickling
+    large tensors: four 128 MiB ones held the 1 GiB default and every other request got 503. Their tensors'
+    bytes are bounded too (http_body.slot_reader_bytes, half): here 16 MiB tensors (a 40 MiB slot each: 16 in,
+    16 out, bucketed) and 128 MiB of slots, three clients stalled mid-body, two read into slots (64 MiB of
+    tensors) and the third read whole, charged as it comes: another large request still finds its slot."""
+    server = start_server(slot_bytes=128 << 20, body_timeout_s=3)
+    try:
+        with connect(server) as warm:
+            call(warm, inputs(50))  # its header seen: the next ones read into the slot
+        request = frame(inputs(51))
+        stalled = [connect(server) for _ in range(3)]
+        try:
+            with httpx.Client(base_url=server.url, timeout=10) as http:
+                for s in stalled:
+                    s.sendall(request[: len(request) // 2])
+                assert until(lambda: gauge(http, "vkact_queue_depth") == 2)  # two slots taken, not three
+                with connect(server) as other:
+                    y = inputs(52)
+                    np.testing.assert_array_equal(call(other, y), np.maximum(y, 0))
+        finally:
+            for s in stalled:
+                s.close()
+        with connect(server) as after:  # and the slots are back once they leave
+            for seed in range(3):
+                y = inputs(53 + seed)
+                np.testing.assert_array_equal(call(after, y), np.maximum(y, 0))
+    finally:
+        stop_server(server)
