@@ -145,8 +145,9 @@ class OperatorDesc(CanonicalModel):
         first_name = self.input_fields[0]
         first = getattr(self, first_name)
         if getattr(self, self.output_field) is None:
-            # DirectML requires it; vkact takes the input's layout, packed if the input broadcasts.
-            default = first.like(Strides=None) if first.broadcasts else first
+            # DirectML requires it; vkact takes the input's layout, packed where two of the input's elements
+            # share a position (a broadcast, overlapping strides), which an output's must not
+            default = first.like(Strides=None) if first.overlaps() else first
             object.__setattr__(self, self.output_field, default)
         for name in (*self.input_fields[1:], self.output_field):
             other: TensorDesc = getattr(self, name)
@@ -242,7 +243,7 @@ def _type_name(cls: type[OperatorDesc]) -> str:
 
 class ActivationDesc(OperatorDesc):
     """The common shape of DML_ACTIVATION_*_OPERATOR_DESC: one input and one output. OutputTensor may be
-    omitted: it then is the InputTensor's descriptor (packed instead, if the input broadcasts)."""
+    omitted: it then is the InputTensor's descriptor (packed instead, where the input's elements share positions)."""
 
     InputTensor: TensorDesc
     OutputTensor: Optional[TensorDesc] = None

@@ -88,6 +88,9 @@ def test_omitted_output_takes_the_input_layout_or_packed_when_broadcasting():
     assert strided.output.Strides == (1, 2)
     broadcast = parse_operator(shrink(InputTensor=tensor(np.float32, (2, 3), (0, 1))))
     assert broadcast.output.Strides is None and broadcast.output.total_bytes == 24
+    # overlapping strides (an element read twice, not a zero stride): packed too, not a 422 on a field not sent
+    overlapping = parse_operator(shrink(InputTensor=tensor(np.float32, (3, 2), (1, 1))))
+    assert overlapping.output.Strides is None and overlapping.output.total_bytes == 24
 
 
 def test_registry_entries_are_complete():
