@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Annotated, ClassVar, Optional
 
 import numpy as np
-from pydantic import AfterValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
 
 from ..descriptors import DataType, FeatureLevel, TensorDesc, TensorSupport, packed_strides
 from ..descriptors.canonical import CanonicalModel
@@ -34,8 +34,16 @@ def _finite_as_float32(value: float) -> float:
     return value
 
 
+def _not_a_boolean(value: object) -> object:
+    """pydantic reads true as 1.0; tensor data refuses booleans, and a scalar does too (numeric text stays:
+    gRPC's InferParameter has no double, so clients send a fraction as its text)."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    return value
+
+
 #: A scalar parameter: DirectML's FLOAT, which must be a finite number here, and one as a float32.
-Scalar = Annotated[float, Field(allow_inf_nan=False), AfterValidator(_finite_as_float32)]
+Scalar = Annotated[float, BeforeValidator(_not_a_boolean), Field(allow_inf_nan=False), AfterValidator(_finite_as_float32)]
 
 
 class OperatorDesc(CanonicalModel):

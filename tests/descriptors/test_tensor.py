@@ -66,6 +66,7 @@ def shrink(**fields) -> dict:
         (shrink(Threshold=float("nan")), "Threshold", "finite"),
         # finite as a float64, an infinity as the float32 the kernel gets
         (shrink(Bias=1e39), "Bias", "float32"),
+        (shrink(Bias=True), "Bias", "boolean"),
         (shrink(Threshold=-3.5e38), "Threshold", "float32"),
         (shrink(Bias="a lot"), "Bias", "valid number"),
         (shrink(Lambda=1.0), "Lambda", "not permitted"),
