@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,7 +45,7 @@ from .http_direct import _Failed
 from .http_guard import _busy
 from .inflight import Claim
 from .limits import IN_FLIGHT, UNCHARGED_BYTES
-from .jobs import LARGE, Result
+from .jobs import LARGE
 
 if TYPE_CHECKING:
     from .api.hot_routes import VkactApp
@@ -193,10 +194,14 @@ def slot_readers(queue_size: int) -> int:
 
 
 def slot_reader_bytes(slot_bytes: int) -> int:
-    """The tensor bytes (inputs and output) that the requests reading into slots may hold together: half of
-    VKACT_SLOT_BYTES. The count alone let four clients trickling 128 MiB tensors hold the 1 GiB default,
+    """The slot bytes that the requests reading into slots may hold together: half of VKACT_SLOT_BYTES,
+    counted by the slots taken (a small job takes the smallest free slot that fits, which an earlier large
+    one may have left). The count alone let four clients trickling 128 MiB tensors hold the 1 GiB default,
     every other request a 503 while they trickled."""
     return slot_bytes // 2
+
+
+NOT_ADMITTED = object()  # _execute's answer where the slot taken would pass slot_reader_bytes
 
 
 class LargeRequest:
@@ -204,7 +209,7 @@ class LargeRequest:
     protocol's pipeline): reads its body through ``reader`` as the module's docstring says."""
 
     in_slots = 0  # this process's requests reading their tensors into a slot now (slot_readers bounds them)
-    bytes_in_slots = 0  # their tensors' bytes, inputs and output (slot_reader_bytes bounds them)
+    bytes_in_slots = 0  # the bytes of the slots they hold (slot_reader_bytes bounds them)
 
     def __init__(self, reader: BodyReader, length: int, runtime_app: VkactApp, app: Any,
                  route: tuple[str | None, str | None, str] | None) -> None:
@@ -243,19 +248,28 @@ class LargeRequest:
         if parsed is None:
             return False
         op = parsed.op
-        need = sum(desc.total_bytes for desc in op.inputs) + op.output.total_bytes
-        if (LargeRequest.in_slots >= slot_readers(state.settings.queue_size)  # the other slots stay others'
-                or LargeRequest.bytes_in_slots + need > slot_reader_bytes(state.settings.slot_bytes)):
-            return False
+        room = slot_reader_bytes(state.settings.slot_bytes)
+        need = sum(desc.total_bytes for desc in op.inputs) + op.output.total_bytes  # what any slot for it holds at least
+        if LargeRequest.in_slots >= slot_readers(state.settings.queue_size) or LargeRequest.bytes_in_slots + need > room:
+            return False  # the other slots, and their memory, stay others'
+        held = 0
+
+        def admit(slot_bytes: int) -> bool:  # the slot taken, before a byte is read into it
+            nonlocal held
+            if LargeRequest.bytes_in_slots + slot_bytes > room:
+                return False
+            held = slot_bytes
+            LargeRequest.bytes_in_slots += held
+            return True
+
         started = time.perf_counter()
         claim = state.inflight.claim()
         LargeRequest.in_slots += 1
-        LargeRequest.bytes_in_slots += need
         try:
             refuse_oversize(claim, self.length)
             claim.grow(len(self.head))
             inputs = [SocketInput(self.reader, claim, size, desc.total_bytes) for (_, size), desc in zip(parsed.binary, op.inputs)]
-            result = await self._execute(state, op, inputs, parsed.key)
+            result = await self._execute(state, op, inputs, parsed.key, admit)
         except ClientDisconnect:
             raise
         except Exception as exc:  # noqa: BLE001 - answered by the route's error handlers
@@ -263,8 +277,10 @@ class LargeRequest:
             return True
         finally:
             LargeRequest.in_slots -= 1
-            LargeRequest.bytes_in_slots -= need
+            LargeRequest.bytes_in_slots -= held
             claim.release()
+        if result is NOT_ADMITTED:  # nothing of the tensors read: the body is read whole, as past the bounds
+            return False
         if result is None:  # the client left
             return True
         try:
@@ -282,12 +298,15 @@ class LargeRequest:
         record_success(state, op, started, result, sum(i.nbytes for i in inputs), op.output.total_bytes)
         return True
 
-    async def _execute(self, state: Any, op: Any, inputs: list[SocketInput], key: bytes) -> Result | None:
+    async def _execute(self, state: Any, op: Any, inputs: list[SocketInput], key: bytes, admit: Callable[[int], bool]) -> Any:
         """dataplane.execute with the tensors read into the slot first, outside the request timeout: a body
         comes at the client's pace, which the body idle timeout bounds (a slow link's repeated request
-        was a 504 where its first, read whole before the route, was answered)."""
+        was a 504 where its first, read whole before the route, was answered). NOT_ADMITTED where ``admit``
+        refused the slot taken; None where the client left."""
         worker = state.worker
-        job = await worker.filled(op, inputs, False, key)
+        job = await worker.filled(op, inputs, False, key, admit)
+        if job is None:
+            return NOT_ADMITTED
         running = worker.run_filled(job, sum(i.nbytes for i in inputs), state.metrics.triton.pending(op).add)
         try:
             return await watched(state, running, inputs, self.reader.proto._departure, op)

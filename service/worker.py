@@ -86,12 +86,18 @@ class DeviceWorker(WorkerLifecycle):
         kernel_seconds, batch_size = await self._submit(job, sum(a.nbytes for a in inputs), waiting)
         return self.result(job, kernel_seconds, batch_size)
 
-    async def filled(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None) -> Job:
+    async def filled(self, op: OperatorDesc, inputs: Sequence[np.ndarray | Source], in_place: bool, key: bytes | None = None,
+                     admit: Callable[[int], bool] | None = None) -> Job | None:
         """``run``'s first half: ``op``'s job, its slot taken (Busy when none is left) and ``inputs`` written
         into it (the slot given back if that fails), not sent. Hand it to ``run_filled``; a caller that
         does not must ``release()`` it. For inputs read from a client's socket at its pace
-        (service/http_body.py), which the request timeout does not cover."""
+        (service/http_body.py), which the request timeout does not cover. ``admit`` is asked with the size
+        of the slot taken (the smallest free one that fits, which may be far larger than the job) before
+        anything is written: False gives the slot back and returns None."""
         job = self._new_job(op, inputs, in_place, key)
+        if admit is not None and not admit(job.slot.mapping.size):
+            job.release()
+            return None
         await self._fill(job, inputs)
         return job
 

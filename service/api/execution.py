@@ -240,7 +240,10 @@ def write_whole(cycle: Any, headers: list[tuple[bytes, bytes]], body: bytes | me
     paused); False, nothing written, where the client has gone (its transport closing: the loss may not
     have reached the protocol yet). ``held``: the transport pauses writing while it holds any byte
     (send_whole's ``until_written``). ``end_response`` follows it."""
-    if cycle.disconnected or cycle.transport.is_closing():
+    if cycle.disconnected:
+        return False
+    if cycle.transport.is_closing():  # gone, or being closed: what it writes is lost either way
+        cycle.disconnected = True  # uvicorn's cycle then writes no 500 of its own after the app returns
         return False
     if cycle.response_started:
         raise RuntimeError("a response was already started")

@@ -221,6 +221,22 @@ def server_output(server: Server) -> bytes:
         out += chunk
 
 
+def test_a_half_close_after_direct_answers_and_a_head_for_httptools_leaves_no_error_in_the_log(servers):
+    """Repeated binary requests (the direct path's cycles) and then a head cut short that h1http hands to
+    httptools: the half-close then finds a direct cycle as the connection's newest (it once failed there,
+    "Fatal error on transport", the connection aborted); its answers come, then the close."""
+    v2 = CASES["v2 binary"]
+    raw = raw_request(*v2) * 3 + b"GET /v2/health/ready HTTP/1.1\r\nHost: vk"
+    for name in ("native", "httptools"):
+        server_output(servers[name])
+        answers = answers_until_closed(servers[name], raw, half_close=True)
+        assert [status for status, _, _ in answers] == [200] * 3, name
+        assert all(body.endswith(np.maximum(X, 0).tobytes()) for _, _, body in answers), name
+        time.sleep(0.5)
+        log = server_output(servers[name])
+        assert b"Fatal error" not in log and b"Traceback" not in log, (name, log[-3000:])
+
+
 def test_a_client_that_pipelines_and_hangs_up_leaves_no_error_in_the_log(servers):
     """The answer in progress when a client with requests pipelined behind it hangs up: uvicorn marks only
     the newest request's cycle gone, and the answer went to the closed transport, an ERROR traceback each

@@ -204,10 +204,11 @@ def test_a_half_close_mid_body_ends_the_request_and_one_after_the_whole_body_is_
     x = inputs(30)
     with connect(small_queue) as s:  # the header's first request: the next ones are read into a slot
         np.testing.assert_array_equal(call(s, x), np.maximum(x, 0))
-    for whole in (True, False):
+    partial_head = b"GET /v2/health/ready HTTP/1.1\r\nHost: vk"  # h1http hands it to httptools, which waits for the rest
+    for whole in (True, "and a head cut short", False):
         with connect(small_queue) as s:
             raw = frame(x)
-            s.sendall(raw if whole else raw[: len(raw) // 2])
+            s.sendall(raw + (partial_head if whole == "and a head cut short" else b"") if whole else raw[: len(raw) // 2])
             s.shutdown(socket.SHUT_WR)
             if whole:
                 status, out = read_answer(s)
@@ -221,21 +222,30 @@ def test_a_half_close_mid_body_ends_the_request_and_one_after_the_whole_body_is_
 
 def test_stalled_readers_hold_at_most_half_the_slot_memory():
     """The count of slot readers (half the slots) left every byte of VKACT_SLOT_BYTES to a few clients trickling
-    large tensors: four 128 MiB ones held the 1 GiB default and every other request got 503. Their tensors'
-    bytes are bounded too (http_body.slot_reader_bytes, half): here 16 MiB tensors (a 40 MiB slot each: 16 in,
-    16 out, bucketed) and 128 MiB of slots, three clients stalled mid-body, two read into slots (64 MiB of
-    tensors) and the third read whole, charged as it comes: another large request still finds its slot."""
-    server = start_server(slot_bytes=128 << 20, body_timeout_s=3)
+    large tensors: four 128 MiB ones held the 1 GiB default and every other request got 503. The bytes of the
+    slots they hold are bounded too (http_body.slot_reader_bytes, half of them), counted by the slot taken, not
+    by the tensors (a job takes the smallest free slot that fits, which an earlier larger job may have left):
+    here 128 MiB of slots, a free 40 MiB one, and three clients stalled mid-body on 16 MiB tensors (a 32 MiB
+    job): one reads into the 40 MiB slot (a second would pass 64 MiB), the others are read whole, charged as
+    their bytes come, and another large request still finds its slot."""
+    server = start_server(slot_bytes=128 << 20, body_timeout_s=WAIT_S)  # the stalled ones stay until they leave
     try:
         with connect(server) as warm:
-            call(warm, inputs(50))  # its header seen: the next ones read into the slot
+            call(warm, inputs(50))  # its header seen: the next ones read into the slot (32 MiB: 16 in, 16 out)
+            bigger = np.random.default_rng(9).standard_normal(5 << 20).astype(np.float32)
+            warm.sendall(frame(bigger))  # its 40 MiB slot replaces that one
+            head, body = response(warm)
+            assert head.startswith(b"HTTP/1.1 200 ")
+            np.testing.assert_array_equal(np.frombuffer(body[-bigger.nbytes :], np.float32), np.maximum(bigger, 0))
         request = frame(inputs(51))
         stalled = [connect(server) for _ in range(3)]
         try:
             with httpx.Client(base_url=server.url, timeout=10) as http:
                 for s in stalled:
                     s.sendall(request[: len(request) // 2])
-                assert until(lambda: gauge(http, "vkact_queue_depth") == 2)  # two slots taken, not three
+                half = len(request) // 2
+                assert until(lambda: gauge(http, "vkact_inflight_bytes") >= 3 * (len(request) - half))  # all three charged
+                assert gauge(http, "vkact_queue_depth") == 1  # one slot taken, not three (nor two)
                 with connect(server) as other:
                     y = inputs(52)
                     np.testing.assert_array_equal(call(other, y), np.maximum(y, 0))
