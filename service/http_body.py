@@ -140,8 +140,6 @@ class BodyReader(asyncio.BufferedProtocol):
         self.proto.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
-        if self.left:  # the client will send no more: this body never completes, and nothing is answered
-            return None  # the transport closes: connection_lost, the read a ClientDisconnect
         return self.proto.eof_received()
 
     def pause_writing(self) -> None:
@@ -335,6 +333,7 @@ class LargeRequest:
             await self.app(scope, receive, send)
         finally:
             claim.release()  # nothing, where the route took it over
+            cycle.body = b""  # a route that answered without reading it (a 404) left it there, uncharged
 
     async def _fail(self, cycle: Any, exc: Exception, operator: str, scope: Any, receive: Any, send: Any) -> None:
         """Answer ``exc`` as the route would (the rest of the body is dropped after it: __call__)."""

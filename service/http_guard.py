@@ -82,7 +82,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # the cycle whose request is being answered: uvicorn's connection_lost marks only its newest (self.cycle)
         # gone, which is a pipelined one where requests queue behind that answer
         self._running: Any = None
-        self._eof = False  # the client half-closed: it sends no more, and the connection closes after the answers owed
 
     # -- the timer ---------------------------------------------------------------------------------
 
@@ -156,34 +155,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._timer.cancel()
             self._timer = None
         super().connection_lost(exc)
-
-    def eof_received(self) -> bool:  # type: ignore[override]
-        """The client has shut its sending side (a client that says "no more requests" so, as `nc -N` does):
-        the requests it sent are still answered, in order, and the connection closed after the last
-        (uvicorn closed it at once: they were never answered). With none owed it closes now."""
-        if self._body_cut_short():  # the request never completes
-            return False  # the transport closes, as uvicorn closed it: the client is gone
-        self._eof = True
-        self._waiting_for = ""  # no more request bytes can come: a partial request's head is dropped
-        return not self._answered_all()
-
-    def _body_cut_short(self) -> bool:
-        """Whether the newest request's body is still coming (httptools' cycle until its message completes)."""
-        return self.cycle is not None and self.cycle.more_body
-
-    def _answered_all(self) -> bool:
-        """No answer is owed on this connection: none is being sent and none is queued."""
-        running = self._running
-        return not self.pipeline and (running is None or running.response_complete)
-
-    def _close_after_the_last(self) -> None:
-        """After an answer: a half-closed connection with no other answer owed is closed."""
-        if self._eof and self._answered_all() and not self.transport.is_closing():
-            self.transport.close()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._close_after_the_last()
 
     def on_url(self, url: bytes) -> None:
         room = MAX_HTTP_HEAD - self._head_parsed

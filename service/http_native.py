@@ -53,8 +53,6 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         self.native: h1http.Session | None = h1http.Session(NATIVE_HTTP_HEAD, NATIVE_HTTP_BODY, large) if plain else None
         # a client repeats one request: its previous request's route and /v1 look-up, kept (http_direct.Repeat)
         self.repeat = Repeat()
-        self._large_cycle: RequestResponseCycle | None = None  # the last large request's cycle, and its body's reader
-        self._large_reader: BodyReader | None = None
 
     def data_received(self, data: bytes) -> None:
         session = self.native
@@ -128,23 +126,11 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         cycle.more_body = True
         cycle.message_event.clear()  # set once LargeRequest has the body
         existing, self.cycle = self.cycle, cycle
-        self._large_cycle, self._large_reader = cycle, reader  # its more_body stays set: the reader says when the body is in
         large = LargeRequest(reader, len(start) + left, self.direct_app, app, route)  # type: ignore[arg-type]
         if existing is None or existing.response_complete:
             self._start_asgi_task(cycle, large)
         else:  # pipelined behind an answer in progress (reading paused: the reader reads only when asked)
             self.pipeline.appendleft((cycle, large))
-
-    def _body_cut_short(self) -> bool:  # type: ignore[override]
-        """h1http makes a cycle of a whole request only, or of a large one whose body its reader has (the
-        reader itself closes at a half-close before the body is in: http_body), so only httptools' cycles,
-        once it has the connection, can lack one."""
-        cycle = self.cycle
-        if self.native is not None or cycle is None or isinstance(cycle, DirectCycle):
-            return False
-        if cycle is self._large_cycle:
-            return not self._large_reader.done  # type: ignore[union-attr]
-        return super()._body_cut_short()
 
     def _app_for(self, headers: list[tuple[bytes, bytes]]) -> Any:
         """The app behind uvicorn's cycle for a request with ``headers``: uvicorn's proxy headers middleware
@@ -199,9 +185,6 @@ class NativeHttpProtocol(GuardedHttpToolsProtocol):
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
-            return
-        if self._eof:  # half-closed by the client, and this was the last answer owed
-            self.transport.close()
             return
         self._idle_since = self.loop.time()
         if self.timeout_keep_alive_task is None:

@@ -15,6 +15,10 @@ class _Transport:
     def write(self, data: bytes) -> None:
         self.written += data
 
+    @staticmethod
+    def is_closing() -> bool:
+        return False
+
 
 def _answer(default_headers, headers, keep_alive: bool) -> bytes:
     cycle = SimpleNamespace(disconnected=False, response_started=False, waiting_for_100_continue=True, default_headers=default_headers,

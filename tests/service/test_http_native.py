@@ -42,17 +42,9 @@ def raw_request(path: str, body: bytes, headers: dict[str, str] | None = None, m
 def exchange(server: Server, raw: bytes) -> list[tuple[int, dict[str, str], bytes]]:
     """Send ``raw`` on one connection, closed by the server after its last answer (Connection: close);
     the answers in the order they came."""
-    return answers_until_closed(server, raw)
-
-
-def answers_until_closed(server: Server, raw: bytes, half_close: bool = False) -> list[tuple[int, dict[str, str], bytes]]:
-    """The answers to ``raw`` sent on one connection, in the order they came until the server closed it;
-    ``half_close``: the client shuts its sending side after ``raw``."""
     address = urlparse(server.url)
     with socket.create_connection((address.hostname, address.port), timeout=10) as s:
         s.sendall(raw)
-        if half_close:
-            s.shutdown(socket.SHUT_WR)
         data = read_until_closed([s], 60)[s]
     answers = []
     while data:
@@ -186,26 +178,6 @@ def test_an_idle_keep_alive_connection_is_closed_and_a_busy_one_is_not(servers):
         assert read_until_closed([busy], 60)[busy].startswith(b"HTTP/1.1 200 OK")
 
 
-def test_requests_sent_before_a_half_close_are_answered_then_the_connection_closes(servers):
-    """A client that shuts its sending side after its requests (``nc -N``, a shutdown() before reading) gets
-    every answer, in order, on either parser and on the direct path, then the server closes; a request
-    whose head was cut short by the half-close is dropped. uvicorn closed at the half-close: no answer."""
-    v2, v1, relu = CASES["v2 binary"], CASES["v1 binary"], CASES["v2 JSON"]
-    chunked = (b"POST /v2/models/relu/infer HTTP/1.1\r\nHost: vkact\r\nTransfer-Encoding: chunked\r\n\r\n"
-               + b"%x\r\n" % len(V2_JSON) + V2_JSON + b"\r\n0\r\n\r\n")
-    whole = raw_request(*v2) * 3 + raw_request(*v1) * 2 + chunked + raw_request(*relu)
-    for name in ("native", "httptools"):
-        for raw in (raw_request(*relu), whole, whole + b"POST /v2/models/relu/infer HTTP/1.1\r\nHost: vk"):
-            answers = answers_until_closed(servers[name], raw, half_close=True)
-            expected = 1 if raw == raw_request(*relu) else 7
-            assert [status for status, _, _ in answers] == [200] * expected, name
-            for status, headers, body in answers:
-                if headers["content-type"] == "application/json":
-                    assert json.loads(body)["outputs"][0]["data"] == np.maximum(X, 0).tolist(), name
-                else:
-                    assert body.endswith(np.maximum(X, 0).tobytes()), name
-
-
 def server_output(server: Server) -> bytes:
     """What the server has logged since the last call (its output is a pipe: read without blocking)."""
     fd = server.process.stdout.fileno()  # type: ignore[union-attr]
@@ -219,22 +191,6 @@ def server_output(server: Server) -> bytes:
         if not chunk:
             return out
         out += chunk
-
-
-def test_a_half_close_after_direct_answers_and_a_head_for_httptools_leaves_no_error_in_the_log(servers):
-    """Repeated binary requests (the direct path's cycles) and then a head cut short that h1http hands to
-    httptools: the half-close then finds a direct cycle as the connection's newest (it once failed there,
-    "Fatal error on transport", the connection aborted); its answers come, then the close."""
-    v2 = CASES["v2 binary"]
-    raw = raw_request(*v2) * 3 + b"GET /v2/health/ready HTTP/1.1\r\nHost: vk"
-    for name in ("native", "httptools"):
-        server_output(servers[name])
-        answers = answers_until_closed(servers[name], raw, half_close=True)
-        assert [status for status, _, _ in answers] == [200] * 3, name
-        assert all(body.endswith(np.maximum(X, 0).tobytes()) for _, _, body in answers), name
-        time.sleep(0.5)
-        log = server_output(servers[name])
-        assert b"Fatal error" not in log and b"Traceback" not in log, (name, log[-3000:])
 
 
 def test_a_client_that_pipelines_and_hangs_up_leaves_no_error_in_the_log(servers):
