@@ -49,20 +49,24 @@ def _answer(status: bytes, message: str) -> bytes:
             + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
-async def _head_too_large(scope, receive, send) -> None:  # an ASGI app: the answer to a head past MAX_HTTP_HEAD
-    body = dumps({"error": f"the request's line and headers passed {MAX_HTTP_HEAD} bytes", "field": None})
-    await send({"type": "http.response.start", "status": 431, "headers": [
-        (b"content-type", b"application/json"), (b"connection", b"close"), (b"content-length", str(len(body)).encode())]})
+HEAD_TOO_LARGE = f"the request's line and headers passed {MAX_HTTP_HEAD} bytes"
+
+
+async def _refusal(send, status: int, message: str, *headers: tuple[bytes, bytes]) -> None:
+    """``_answer``'s response sent through an ASGI ``send`` (uvicorn's request cycle), ``headers`` added."""
+    body = dumps({"error": message, "field": None})
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), *headers, (b"connection", b"close"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _head_too_large(scope, receive, send) -> None:  # an ASGI app: the answer to a head past MAX_HTTP_HEAD
+    await _refusal(send, 431, HEAD_TOO_LARGE)
 
 
 async def _busy(scope, receive, send) -> None:  # an ASGI app: the answer past the connection bound
-    limit = _settings().max_connections
-    body = dumps({"error": f"this server holds {limit} connections (VKACT_MAX_CONNECTIONS); retry later", "field": None})
-    await send({"type": "http.response.start", "status": 503, "headers": [
-        (b"content-type", b"application/json"), (b"retry-after", b"1"), (b"connection", b"close"),
-        (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    message = f"this server holds {_settings().max_connections} connections (VKACT_MAX_CONNECTIONS); retry later"
+    await _refusal(send, 503, message, (b"retry-after", b"1"))
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -108,19 +112,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._waiting_for == "headers":
             self.logger.info("closing a connection whose request headers took more than %s s", timeout)
-            if self.cycle is None or self.cycle.response_complete:  # not inside an answer being sent
-                self.transport.write(_answer(b"408 Request Timeout", f"the request's headers did not arrive within {timeout} s"))
+            self._close(b"408 Request Timeout", f"the request's headers did not arrive within {timeout} s")
         else:
             self.logger.info("closing a connection whose request body paused for more than %s s", timeout)
-        self._waiting_for = ""
-        self.transport.close()
+            self._close()
 
-    def _refuse_head(self) -> None:
-        """A head still coming past MAX_HTTP_HEAD (httptools buffers a header's value until it ends): 431, closed."""
-        self.logger.info("closing a connection whose request head passed %d bytes", MAX_HTTP_HEAD)
-        if self.cycle is None or self.cycle.response_complete:  # not inside an answer being sent
-            self.transport.write(_answer(b"431 Request Header Fields Too Large",
-                                         f"the request's line and headers passed {MAX_HTTP_HEAD} bytes"))
+    def _close(self, status: bytes | None = None, message: str = "") -> None:
+        """Stop timing and close the connection, answering ``status`` first where no answer is being sent."""
+        if status is not None and (self.cycle is None or self.cycle.response_complete):
+            self.transport.write(_answer(status, message))
         self._waiting_for = ""
         self.transport.close()
 
@@ -133,7 +133,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
         super().data_received(data)
         if self._waiting_for == "headers" and self._head_bytes > MAX_HTTP_HEAD and not self.transport.is_closing():
-            self._refuse_head()
+            # a head still coming (httptools keeps a header's value until it ends)
+            self.logger.info("closing a connection whose request head passed %d bytes", MAX_HTTP_HEAD)
+            self._close(b"431 Request Header Fields Too Large", HEAD_TOO_LARGE)
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
