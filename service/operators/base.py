@@ -7,7 +7,6 @@ constants in declaration order, so a shader reads PARAM(i) in the order of the D
 from __future__ import annotations
 
 import functools
-import struct
 from enum import Enum
 from typing import Annotated, ClassVar, Optional
 
@@ -19,19 +18,11 @@ from ..descriptors.canonical import CanonicalModel
 from ..descriptors.feature_levels import IMPLEMENTED_LEVEL
 from client.json_values import BFLOAT16, float64_to_bfloat16
 
-from .numerics import flush_subnormal
+from .numerics import finite_float32, flush_subnormal
 from ..errors import DescriptorError, UnsupportedOnDevice
 
 #: The FLOAT64 that the float operators accept beyond DirectML (ONNX defines double for them).
 FLOAT64_ONLY = frozenset({DataType.FLOAT64})
-
-def _finite_as_float32(value: float) -> float:
-    """A number past float32's range would reach the kernel as an infinity (an integer kernel: no bound at all)."""
-    try:
-        struct.pack("<f", value)  # rounds to float32; raises where that rounds to an infinity
-    except OverflowError:
-        raise ValueError(f"{value!r} is past DirectML's FLOAT (float32) range: it must round to a float32 of magnitude at most 3.4028235e+38") from None
-    return value
 
 
 def _not_a_boolean(value: object) -> object:
@@ -43,7 +34,7 @@ def _not_a_boolean(value: object) -> object:
 
 
 #: A scalar parameter: DirectML's FLOAT, which must be a finite number here, and one as a float32.
-Scalar = Annotated[float, BeforeValidator(_not_a_boolean), Field(allow_inf_nan=False), AfterValidator(_finite_as_float32)]
+Scalar = Annotated[float, BeforeValidator(_not_a_boolean), Field(allow_inf_nan=False), AfterValidator(finite_float32)]
 
 
 class OperatorDesc(CanonicalModel):

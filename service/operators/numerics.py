@@ -24,6 +24,16 @@ def flush_subnormal(value: float) -> float:
     return float(np.copysign(0.0, v)) if abs(v) < FLOAT32_TINY else v
 
 
+def finite_float32(value: float) -> float:
+    """``value`` (finite) checked as a parameter: refused where, as the float32 the kernel receives, it is an
+    infinity (the kernel would compute with it; an integer kernel's set-up truncates it and fails)."""
+    with np.errstate(over="ignore"):
+        rounded = f32(value)
+    if np.isinf(rounded):
+        raise ValueError(f"{value!r} is past DirectML's FLOAT (float32) range: it must round to a float32 of magnitude at most {FLOAT32_MAX:.8g}")
+    return value
+
+
 def divisor(name: str, value: float) -> float:
     """``value`` checked as a parameter the formula divides by: refused when zero on a device, that is
     0 as a float32 or subnormal (some devices flush those, where the reference would not)."""

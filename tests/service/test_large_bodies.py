@@ -218,9 +218,9 @@ def test_stalled_readers_hold_at_most_half_the_slot_memory():
         stalled = [connect(server) for _ in range(3)]
         try:
             with httpx.Client(base_url=server.url, timeout=10) as http:
-                for s in stalled:
-                    s.sendall(request[: len(request) // 2])
                 half = len(request) // 2
+                for s in stalled:
+                    s.sendall(request[:half])
                 assert until(lambda: gauge(http, "vkact_inflight_bytes") >= 3 * (len(request) - half))  # all three charged
                 assert gauge(http, "vkact_queue_depth") == 1  # one slot taken, not three (nor two)
                 with connect(server) as other:
