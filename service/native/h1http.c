@@ -139,6 +139,21 @@ static int remember(Session *self, size_t end, PyObject *path, PyObject *raw, Py
     return 0;
 }
 
+/* How much of the body (`length` bytes, after the head's `end`) the event takes, in *body: all of it, or for
+ * a large one (over max_body) what has arrived, the rest the caller's (body_left); PARTIAL_BODY while an
+ * ordinary one's is incomplete. A repeated head is no exception: the large request before it may have come
+ * whole in one read, and its repeat must not be buffered whole (the buffer's bound, and the caller's
+ * charging of a large body before reading it, hold for every large request). */
+static int body_arrived(Session *self, size_t end, size_t length, size_t *body) {
+    size_t held = self->len - end;
+    *body = length < held ? length : held;
+    if (*body < length && length <= self->max_body) {
+        self->need = end + length;
+        return PARTIAL_BODY;
+    }
+    return TAKEN;
+}
+
 /* The request at the start of buf: TAKEN (*event set, *size its bytes), partial, NOT_OURS or FAILED. */
 static int parse(Session *self, PyObject **event, size_t *size) {
     if (self->len == 0) return PARTIAL_HEAD;
@@ -148,15 +163,12 @@ static int parse(Session *self, PyObject **event, size_t *size) {
     if (end == 0) return self->len >= self->max_head ? NOT_OURS : PARTIAL_HEAD;
     if (end > self->max_head) return NOT_OURS;
     if (end == self->prev_len && memcmp(self->buf, self->prev_head, end) == 0) {  /* the previous request's head again */
-        size_t length = self->prev_length;
-        if (self->len - end < length) {
-            self->need = end + length;
-            return PARTIAL_BODY;
-        }
-        *event = event_of(self->prev_path, self->prev_raw, self->prev_pairs, self->buf + end, length, self->prev_keep_alive);
+        size_t length = self->prev_length, body;
+        if (body_arrived(self, end, length, &body) == PARTIAL_BODY) return PARTIAL_BODY;
+        *event = event_of(self->prev_path, self->prev_raw, self->prev_pairs, self->buf + end, body, self->prev_keep_alive);
         if (*event == NULL) return FAILED;
-        self->body_left = 0;
-        *size = end + length;
+        self->body_left = (Py_ssize_t)(length - body);
+        *size = end + body;
         return TAKEN;
     }
     const char *p = self->buf, *stop = self->buf + end - 2;  /* stop: the blank line's CRLF */
@@ -199,11 +211,8 @@ static int parse(Session *self, PyObject **event, size_t *size) {
         headers[count++] = (Header){name, value, name_len, raw_len};
     }
     if (!have_length || length > (length > self->max_body ? self->max_large : self->max_body)) return NOT_OURS;
-    size_t held = self->len - end, body = length < held ? length : held;  /* body < length: a large one's start */
-    if (body < length && length <= self->max_body) {
-        self->need = end + length;
-        return PARTIAL_BODY;
-    }
+    size_t body;
+    if (body_arrived(self, end, length, &body) == PARTIAL_BODY) return PARTIAL_BODY;
     PyObject *pairs = PyTuple_New((Py_ssize_t)count);
     if (pairs == NULL) return FAILED;
     for (size_t i = 0; i < count; i++) {
@@ -224,7 +233,7 @@ static int parse(Session *self, PyObject **event, size_t *size) {
     PyObject *path_str = PyUnicode_FromStringAndSize(path, (Py_ssize_t)path_len);
     PyObject *raw = PyBytes_FromStringAndSize(path, (Py_ssize_t)path_len);
     *event = path_str && raw ? event_of(path_str, raw, pairs, p + end, body, keep_alive) : NULL;
-    /* a whole request's head is kept for the next one (a large one's body goes to the caller: not kept) */
+    /* a request whose body came whole has its head kept for the next one (not a large one handed over at its head) */
     if (*event != NULL && body == length && remember(self, end, path_str, raw, pairs, length, keep_alive) < 0) Py_CLEAR(*event);
     Py_XDECREF(path_str);
     Py_XDECREF(raw);

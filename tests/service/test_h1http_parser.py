@@ -242,3 +242,19 @@ def test_a_repeat_after_a_large_request_is_parsed_again():
     got = s3.receive(small + large[:200])
     assert len(got) == 2 and s3.body_left == len(large) - 200 and got[1][3] == large[len(large) - 500 : 200]
     assert s3.receive(small) == session().receive(small)  # the whole request after it, parsed against the small one's head
+
+
+def test_a_large_request_that_came_whole_and_is_repeated_is_handed_over_at_its_head_again():
+    """Found by the fuzz target: a large request whose body came in the same read as its head is an ordinary
+    event and its head is kept; its repeat (same head, its body still coming) waited in the buffer for the
+    whole body (past the buffer's bound, and uncharged by the caller) where a fresh parse hands it over at its
+    head with body_left: the events depended on how the bytes were split."""
+    s = h1http.Session(MAX_HEAD, 64, 1024)
+    large = request(body=b"L" * 500, extra=b"Inference-Header-Content-Length: 2\r\n")
+    head = len(large) - 500
+    (whole,) = s.receive(large)
+    assert whole[3] == b"L" * 500 and s.body_left == 0
+    (again,) = s.receive(large[: head + 7])
+    assert again[3] == b"L" * 7 and s.body_left == 493 and s.state == 0 and not s.fallback
+    assert [again] == h1http.Session(MAX_HEAD, 64, 1024).receive(large[: head + 7])  # as a fresh parse
+    assert s.receive(request()) == session().receive(request())  # the bytes after its body: the next request
