@@ -21,7 +21,7 @@ KP_SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PYBIND11_VERSION=3.1.0
 # Bump when the patches below change: a new wheel cache directory and a reinstall in every venv
 # (the wheel cache is shared, keyed by this name alone).
-KP_PATCH_LEVEL=vkact8
+KP_PATCH_LEVEL=vkact9
 
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-kp.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -521,6 +521,90 @@ TensorT<bool>::dataType()
            py::arg("parent"),
            py::arg("offset"),
            py::arg("nbytes"))
+"""),
+    ],
+    # (12) A pipeline's build (vkCreateComputePipelines: lavapipe compiles the shader there, 90-190 ms for a
+    #      softmax kernel here) held the GIL, so every other Python thread of the process stopped for it: the
+    #      device worker's job thread could not serve other requests while a new graph's pipelines were built
+    #      on a thread beside it. The build now runs through a gate that the binding sets to release the GIL
+    #      for that one call, and only that: it touches nothing but its own new objects (its own pipeline
+    #      cache; Vulkan's object creation needs no external synchronisation), no KP_LOG (built with logging
+    #      Off), no exception crosses the gate (the C entry point, a vk::Result), and kp's unlocked state (the
+    #      Manager's lists, push constants, queue submits) stays under the GIL as before.
+    "src/Algorithm.cpp": [
+        ("""#include "kompute/Algorithm.hpp"
+
+namespace kp {
+""",
+         """#include "kompute/Algorithm.hpp"
+
+namespace kp {
+
+// vkact (12): set by the Python binding (the GIL released around the build); null: the build runs as is
+void (*pipelineBuildGate)(void (*build)(void*), void* context) = nullptr;
+"""),
+        ("""#ifdef KOMPUTE_CREATE_PIPELINE_RESULT_VALUE
+    vk::ResultValue<vk::Pipeline> pipelineResult =
+      this->mDevice->createComputePipeline(*this->mPipelineCache, pipelineInfo);
+
+    if (pipelineResult.result != vk::Result::eSuccess) {
+        throw std::runtime_error("Failed to create pipeline result: " +
+                                 vk::to_string(pipelineResult.result));
+    }
+
+    vk::Pipeline& pipeline = pipelineResult.value;
+    this->mPipeline = std::make_shared<vk::Pipeline>(pipeline);
+    this->mFreePipeline = true;
+#else
+    vk::Pipeline pipeline =
+      this->mDevice->createComputePipeline(*this->mPipelineCache, pipelineInfo)
+        .value;
+    this->mPipeline = std::make_shared<vk::Pipeline>(pipeline);
+    this->mFreePipeline = true;
+#endif
+""",
+         """    struct Build
+    {
+        vk::Device* device;
+        vk::PipelineCache cache;
+        const vk::ComputePipelineCreateInfo* info;
+        vk::Pipeline pipeline;
+        vk::Result result;
+    } build{ this->mDevice.get(), *this->mPipelineCache, &pipelineInfo,
+             vk::Pipeline(), vk::Result::eSuccess };
+    void (*run)(void*) = [](void* context) {
+        Build* b = static_cast<Build*>(context);
+        b->result = b->device->createComputePipelines(
+          b->cache, 1, b->info, nullptr, &b->pipeline);
+    };
+    if (pipelineBuildGate) {
+        pipelineBuildGate(run, &build);
+    } else {
+        run(&build);
+    }
+    if (build.result != vk::Result::eSuccess) {
+        throw std::runtime_error("Failed to create pipeline result: " +
+                                 vk::to_string(build.result));
+    }
+    this->mPipeline = std::make_shared<vk::Pipeline>(build.pipeline);
+    this->mFreePipeline = true;
+"""),
+    ],
+    "python/src/main.cpp#gil": [
+        ("""PYBIND11_MODULE(kp, m)
+{
+""",
+         """namespace kp {
+extern void (*pipelineBuildGate)(void (*build)(void*), void* context);
+}
+
+PYBIND11_MODULE(kp, m)
+{
+    // vkact (12): a pipeline build without the GIL (the caller holds it, as every call into kp does)
+    kp::pipelineBuildGate = [](void (*build)(void*), void* context) {
+        py::gil_scoped_release release;
+        build(context);
+    };
 """),
     ],
 }

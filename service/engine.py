@@ -144,26 +144,41 @@ class Engine(DispatchGeometry):
         dispatch goes in one command buffer; a plan of the same structure as an earlier one (other
         scalars) reuses its buffers and pipelines."""
         self._check_thread()
+        self.check_graph(plan)
+        return self.prepare_graph(plan).run(plan, inputs)
+
+    def check_graph(self, plan: GraphPlan) -> None:
+        """Raise what this device refuses in ``plan``'s nodes (UnsupportedOnDevice, naming the node)."""
         for n, op in enumerate(plan.graph.operators):
             try:
                 op.check_execution(False, self.max_tensor_bytes)
             except UnsupportedOnDevice as exc:
                 raise UnsupportedOnDevice(exc.message, f"Graph.Nodes[{n}].Operator.{exc.field}") from None
-        return self.prepare_graph(plan).run(plan, inputs)
 
-    def prepare_graph(self, plan: GraphPlan) -> GraphRun:
+    def prepare_graph(self, plan: GraphPlan, built: GraphRun | None = None) -> GraphRun:
         """The buffers, pipelines and command buffer that ``execute_graph(plan, ...)`` runs, created on
-        first use and kept per program: what a benchmark times (``GraphRun.kernels``)."""
+        first use and kept per program: what a benchmark times (``GraphRun.kernels``). ``built``: the run
+        of ``plan`` made on another thread (``GraphRun(engine, plan)`` is safe there, see engine_graph),
+        taken in here when the program has none yet."""
+        self._check_thread()
         key = plan.program.key
         run = self._graph_runs.get(key)
         if run is None:
+            run = built if built is not None else GraphRun(self, plan)
+            run.settle()
             while len(self._graph_runs) >= MAX_GRAPH_RUNS:
                 self._graph_runs.popitem(last=False)[1].destroy()
-            run = self._graph_runs[key] = GraphRun(self, plan)
+            self._graph_runs[key] = run
         else:
+            if built is not None:  # made twice: the one kept wins
+                built.destroy()
             self._graph_runs.move_to_end(key)
         run.used = self.pool.epoch
         return run
+
+    def has_graph_run(self, plan: GraphPlan) -> bool:
+        """Whether ``plan``'s program has its run (buffers, pipelines) here: no build before it runs."""
+        return plan.program.key in self._graph_runs
 
     def replayer(self, op: OperatorDesc, inputs: Sequence[Buffer], out: Buffer, key: Hashable, in_place: bool = False) -> Callable[[], float | None]:
         """``execute(op, inputs, out=out, key=key, in_place=in_place)`` to repeat on the same buffers

@@ -7,6 +7,11 @@ pipelines and recorded command buffer: a fused step's scalars are words in its p
 written before each run; a node step's are push constants, baked into the command buffer at record
 time, so a change of those re-records it (no new pipeline).
 
+Made in two steps: ``GraphRun(engine, plan)`` creates its buffers, pipelines and sequence and nothing
+else (no submission, no engine table or counter touched), so the device worker makes it on a thread
+beside its job thread (service/graph_builds.py: kp, as build-kp.sh patches it, builds a pipeline
+without the GIL); ``settle()``, on the engine's own thread, does the rest before its first run.
+
 Memory: graph inputs and outputs live in the engine's memory mode (host: mapped; device: device-
 local behind staging); intermediates only the steps read are kp ``storage`` tensors: device-local,
 never mapped, never copied to the host. Dependent dispatches are ordered by the global barrier that
@@ -45,6 +50,7 @@ class GraphRun:
         self._uploads_once: list[kp.Tensor] = []   # meta tables: device memory needs them once
         self._tensors: list[kp.Tensor] = []
         self._algorithms: list[kp.Algorithm] = []
+        self._settled = False
         outputs = {("node", n) for n in program.outputs}
 
         def desc(v: Value) -> TensorDesc:
@@ -79,8 +85,18 @@ class GraphRun:
                 self._node(step, ops[step.node])
         self._recorded_for: tuple | None = None
         self._seq = engine.sequence()
+
+    def settle(self) -> None:
+        """On the engine's thread, once, before the first run: what a run made elsewhere leaves to it (a
+        submission to the engine's queue, its counters)."""
+        if self._settled:
+            return
+        self._settled = True
+        engine = self.engine
         if engine.memory == "device":  # zeros into device memory once: outputs' gaps are never written
             engine.sequence().eval(kp.OpTensorSyncDevice([*self.uploads, *self.downloads, *self._uploads_once]))
+        engine.stats.buffers_allocated += len(self._tensors)
+        engine.stats.pipelines_created += len(self._algorithms)
 
     # -- building -----------------------------------------------------------------------------------
 
@@ -91,13 +107,11 @@ class GraphRun:
         kind = self.engine._tensor_type if visible else kp.TensorTypes.storage
         tensor = self.engine._mgr.tensor_t(np.zeros(max(nbytes, 16) // 4, np.uint32), kind)
         self._tensors.append(tensor)
-        self.engine.stats.buffers_allocated += 1
         return tensor
 
     def _algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_count: int) -> kp.Algorithm:
         algorithm = self.engine.algorithm(tensors, spirv, groups, push_count)
         self._algorithms.append(algorithm)
-        self.engine.stats.pipelines_created += 1
         return algorithm
 
     def _fused(self, step: FusedStep) -> None:
@@ -201,7 +215,8 @@ class GraphRun:
         self._seq.destroy()
         for algorithm in self._algorithms:
             algorithm.destroy()
-            self.engine.stats.pipelines_destroyed += 1
+            if self._settled:  # counted as created
+                self.engine.stats.pipelines_destroyed += 1
         for tensor in self._tensors:
             tensor.destroy()
         self.views.clear()

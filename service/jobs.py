@@ -175,6 +175,7 @@ class Job:
     waiting: Callable[[int], None] | None = field(default=None, repr=False)  # told +1 queued, -1 out of the queue
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
+    parked_at: float | None = None  # a graph job the worker holds while its pipelines build (its "building")
     released: bool = False
     graph: bytes | None = None   # a graph job: its GraphPlan pickled
     outputs: tuple[tuple[int, int], ...] = ()

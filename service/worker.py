@@ -334,17 +334,29 @@ class DeviceWorker(WorkerLifecycle):
         if kind == "ready":
             self._on_ready(msg[1])
             return
+        if kind == "late":  # parked graph jobs answered: their places went back at "building"
+            self._built_at = time.perf_counter()
+            self._answer(msg[1])
+            return
         self._inflight_batches -= 1
         self._window.release()
+        if kind == "building":  # a graph job held while its pipelines build beside the job thread
+            job = self._inflight.get(msg[1])
+            if job is not None:
+                job.parked_at = time.perf_counter()
+            return
         if kind == "ok":  # a replayed job alone (id, kernel seconds): the bulk of the replies
             self._done(msg[1], msg[2])
             return
         # "oks": (kernel seconds, ids) of the jobs of one dispatch; "done": a reply per job, each
         # (id, "done", kernel seconds, batch size) or (id, "error", ...)
         if kind == "oks":
-            replies = [(job_id, "done", msg[1], len(msg[2])) for job_id in msg[2]]
+            self._answer([(job_id, "done", msg[1], len(msg[2])) for job_id in msg[2]])
         else:
-            replies = msg[1]
+            self._answer(msg[1])
+
+    def _answer(self, replies: list[tuple]) -> None:
+        """Each reply's job answered: (id, "done", kernel seconds, batch size) or (id, "error", ...)."""
         executions: list[tuple[type[OperatorDesc], int, float]] = []  # (operator, batch size, kernel seconds)
         for reply in replies:
             job = self._inflight.pop(reply[0], None)

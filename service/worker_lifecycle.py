@@ -43,6 +43,7 @@ class WorkerLifecycle(ABC):
         self.restarts = 0
         self._inflight: dict[int, Job] = {}          # jobs on the worker, by id
         self._inflight_batches = 0                   # the messages that carried them, each a place in the window
+        self._built_at = 0.0                         # perf_counter time of the worker's last graph build's end ("late")
         self._window = Window(IN_FLIGHT)
         self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget, settings.slot_bytes)
         self._trimmed_at = time.monotonic()
@@ -113,9 +114,16 @@ class WorkerLifecycle(ABC):
             return
         if not self._inflight:
             return
-        running = time.perf_counter() - min(job.started_at for job in self._inflight.values())
-        if running > self.settings.device_timeout_s:
-            log.error("a job has been on the device for %.0f s (device_timeout_s %g): killing the device worker", running, self.settings.device_timeout_s)
+        now = time.perf_counter()
+        on_device = [job.started_at for job in self._inflight.values() if job.parked_at is None]
+        parked = [job.parked_at for job in self._inflight.values() if job.parked_at is not None]
+        running = now - min(on_device) if on_device else 0.0
+        # the worker builds one graph program at a time, in order: the build under way began at the last
+        # one's end, or when the oldest parked job came if later (a job waiting behind builds is not hung)
+        building = now - max(min(parked), self._built_at) if parked else 0.0
+        if max(running, building) > self.settings.device_timeout_s:
+            what = "a job has been on the device" if running >= building else "a graph's pipelines have been building"
+            log.error("%s for %.0f s (device_timeout_s %g): killing the device worker", what, max(running, building), self.settings.device_timeout_s)
             self._proc.kill()  # _on_exit fails its jobs and starts another
 
     def _trim(self) -> None:

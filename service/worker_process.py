@@ -3,6 +3,9 @@
 Started by ``service.worker.DeviceWorker`` (spawned, never forked); it reads framed messages from its
 job pipe (``service.framing``), runs each job on views of its shared-memory slot (``service.slots``)
 and answers on its reply pipe. kp is imported here only, so the HTTP process never loads a Vulkan driver.
+A graph job whose program has no run yet is parked ("building": its place in the HTTP side's window goes
+back) while service.graph_builds makes the run on a thread of its own; the job thread goes on with other
+jobs, and answers the parked ones ("late") when the build's end wakes it.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from .cpu_placement import BACK_AFTER_S, PROCESS_CPUS, LoadPlacement, set_thread
 from .device_tuning import tuning_for
 from .errors import VkactError
 from .framing import Template
+from .graph_builds import GraphBuilds
 from .host_copy import Copier
 from .operators import OperatorDesc
 from .slots import Mapping
@@ -51,6 +55,7 @@ class _Engines:
         self._replays: dict[int, Callable[[], float | None]] = {}  # what a template's first job did, to redo
         self._pairs: dict[int, tuple[list[np.ndarray], np.ndarray]] = {}  # a template's views, for batches
         self._plans: OrderedDict[bytes, Any] = OrderedDict()       # GraphPlans by their pickled bytes
+        self.builds = GraphBuilds(main)   # new graph programs' pipelines, beside the job thread
 
     def load_shaders(self) -> int:
         if self.small is not None:
@@ -58,6 +63,7 @@ class _Engines:
         return self.main.load_shaders()
 
     def close(self) -> None:
+        self.builds.close()  # its thread uses the main engine: stopped first
         for engine in (self.small, self.main):
             if engine is not None:
                 engine.close()
@@ -180,15 +186,13 @@ class _Engines:
             before = engine.stats.kernel_seconds
             engine.execute(op, ins, in_place=in_place, out=out, key=key)
             return (job_id, "done", engine.stats.kernel_seconds - before, 1)
-        except VkactError as exc:
-            return (job_id, "error", type(exc).__name__, exc.message, exc.field)
         except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
-            log.exception("job %d failed", job_id)
-            return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
+            return _failure(job_id, exc)
 
-    def run_graph(self, mappings: dict[str, Mapping], job: tuple) -> tuple:
+    def run_graph(self, mappings: dict[str, Mapping], job: tuple, park: bool = True) -> tuple | None:
         """A graph job: its plan (compiled on the HTTP side) on the main engine, each output copied
-        into its place in the slot."""
+        into its place in the slot. None (``park``): parked until its program's pipelines are built
+        beside this thread (GraphBuilds); ``built_graphs`` answers it then."""
         job_id, key, path, size, inputs, outputs = job
         try:
             plan = self._plans.get(key)
@@ -198,18 +202,42 @@ class _Engines:
                     self._plans.popitem(last=False)
             else:
                 self._plans.move_to_end(key)
+            self.main.check_graph(plan)
+            if park and not self.main.has_graph_run(plan):
+                self.builds.park(plan, job)
+                return None
             ins, _ = _buffers(mappings, path, size, inputs, (0, 0))
             before = self.main.stats.kernel_seconds
-            results = self.main.execute_graph(plan, ins)
+            results = self.main.prepare_graph(plan).run(plan, ins)
             array = mappings[path].array
             for (offset, n), result in zip(outputs, results):
                 array[offset : offset + n] = result
             return (job_id, "done", self.main.stats.kernel_seconds - before, 1)
-        except VkactError as exc:
-            return (job_id, "error", type(exc).__name__, exc.message, exc.field)
         except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
-            log.exception("graph job %d failed", job_id)
-            return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
+            return _failure(job_id, exc)
+
+    def built_graphs(self, mappings: dict[str, Mapping]) -> list[tuple]:
+        """The replies of the parked graph jobs whose programs' builds have ended: each run taken into
+        the main engine, then its jobs run (a build that failed fails them)."""
+        replies = []
+        for plan, run, jobs in self.builds.finished():
+            if not isinstance(run, BaseException):
+                try:
+                    self.main.prepare_graph(plan, run)
+                except Exception as exc:  # noqa: BLE001 - its jobs are told; the run is not kept
+                    run.destroy()
+                    run = exc
+            for job in jobs:
+                replies.append(_failure(job[0], run) if isinstance(run, BaseException) else self.run_graph(mappings, job, park=False))
+        return replies
+
+
+def _failure(job_id: int, exc: BaseException) -> tuple:
+    """A job's error reply: a VkactError as the request's error, anything else a device failure (logged)."""
+    if isinstance(exc, VkactError):
+        return (job_id, "error", type(exc).__name__, exc.message, exc.field)
+    log.error("job %d failed", job_id, exc_info=exc)
+    return (job_id, "error", "DeviceFailure", f"device failure: {exc}", None)
 
 
 def _unknown(job_id: int, tid: int) -> tuple:
@@ -341,7 +369,20 @@ def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int 
     reader = framing.Reader(jobs.fileno())
     poller = select.poll()
     poller.register(jobs.fileno(), select.POLLIN)
+    either = select.poll()  # while a graph builds: a job, or the build's end
+    either.register(jobs.fileno(), select.POLLIN)
+    either.register(engines.builds.fileno(), select.POLLIN)
     while True:
+        if engines.builds.pending():
+            ready: dict[int, int] = {}
+            if not engines.builds.ended() and not reader.has_message():
+                ready = dict(either.poll())
+            if engines.builds.ended() or engines.builds.fileno() in ready:  # (finished() drains the pipe)
+                replies = engines.built_graphs(mappings)
+                if replies:  # "late": their places in the HTTP side's window went back at "building"
+                    framing.send(fd, "late", replies)
+            if not reader.has_message() and jobs.fileno() not in ready:
+                continue
         try:
             msg = _next_message(reader, poller, placement)
         except EOFError:  # the HTTP process is gone
@@ -359,7 +400,11 @@ def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int 
         elif msg[0] == "trim":
             engines.trim()
         elif msg[0] == "graph":
-            framing.send(fd, "done", [engines.run_graph(mappings, msg[1])])
+            reply = engines.run_graph(mappings, msg[1])
+            if reply is None:  # parked while its pipelines build: its place in the window goes back
+                framing.send(fd, "building", msg[1][0])
+            else:
+                framing.send(fd, "done", [reply])
         else:  # the HTTP side sends no other kind: a bug there, not a reason to stop
             log.error("unknown message %r from the HTTP process", msg[0])
     engines.close()
