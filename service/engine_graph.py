@@ -21,7 +21,7 @@ reads and writes.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import kp
@@ -39,9 +39,16 @@ if TYPE_CHECKING:
     from .engine import Buffer, Engine
 
 
+class BuildCancelled(Exception):
+    """A run's build stopped between two pipelines (its ``cancelled`` said so): the worker is closing."""
+
+
 class GraphRun:
-    def __init__(self, engine: Engine, plan: GraphPlan) -> None:
+    def __init__(self, engine: Engine, plan: GraphPlan, cancelled: Callable[[], bool] | None = None) -> None:
+        """``cancelled``, asked before each pipeline's build: True stops the build (BuildCancelled). A
+        build that raises destroys what it made."""
         self.engine = engine
+        self._cancelled = cancelled
         self.program = program = plan.program
         graph = plan.graph
         ops = graph.operators
@@ -64,6 +71,16 @@ class GraphRun:
             raise PayloadTooLarge(
                 f"the graph's tensors need {needed} bytes of device memory; the buffer pool holds at most "
                 f"{engine.settings.pool_bytes} (VKACT_POOL_BYTES)", "Graph")
+        try:
+            self._build(plan, values, desc, outputs)
+        except BaseException:
+            for made in (*self._algorithms, *self._tensors):
+                made.destroy()
+            raise
+
+    def _build(self, plan: GraphPlan, values: list[Value], desc: Callable[[Value], TensorDesc], outputs: set[Value]) -> None:
+        graph, program, ops = plan.graph, plan.program, plan.graph.operators
+        engine = self.engine
         self.buffers: dict[Value, kp.Tensor] = {}
         self.views: dict[Value, np.ndarray] = {}
         for v in values:
@@ -91,10 +108,10 @@ class GraphRun:
         submission to the engine's queue, its counters)."""
         if self._settled:
             return
-        self._settled = True
         engine = self.engine
         if engine.memory == "device":  # zeros into device memory once: outputs' gaps are never written
             engine.sequence().eval(kp.OpTensorSyncDevice([*self.uploads, *self.downloads, *self._uploads_once]))
+        self._settled = True
         engine.stats.buffers_allocated += len(self._tensors)
         engine.stats.pipelines_created += len(self._algorithms)
 
@@ -110,6 +127,8 @@ class GraphRun:
         return tensor
 
     def _algorithm(self, tensors: list[kp.Tensor], spirv: bytes, groups: int, push_count: int) -> kp.Algorithm:
+        if self._cancelled is not None and self._cancelled():
+            raise BuildCancelled("the graph's build was stopped")
         algorithm = self.engine.algorithm(tensors, spirv, groups, push_count)
         self._algorithms.append(algorithm)
         return algorithm
@@ -153,6 +172,7 @@ class GraphRun:
     # -- running ------------------------------------------------------------------------------------
 
     def run(self, plan: GraphPlan, inputs: Sequence[Buffer]) -> list[np.ndarray]:
+        self.settle()  # made and run at once (a benchmark's own run): settled here
         graph = plan.graph
         ops = graph.operators
         if len(inputs) != graph.InputCount:

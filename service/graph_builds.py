@@ -7,8 +7,12 @@ held them for good. Here the job thread parks the graph's job and goes on with t
 makes the program's ``GraphRun`` (engine_graph: its buffers, pipelines and sequence, nothing the job
 thread touches; kp, as scripts/build-kp.sh patches it, builds each pipeline without the GIL, so the two
 threads run at once), one program at a time, in the order they came. Its end wakes the job thread through
-a pipe, which takes the run into its engine and runs the jobs that waited for it (jobs of one program
-wait for one build).
+a pipe, which takes the run into its engine and hands the jobs that waited for it (jobs of one program
+wait for one build) back to the HTTP side, which sends them again as any graph job.
+
+On a CPU device the build is the driver's work on this thread (lavapipe compiles there): it runs where
+and as the driver's own threads do, off the CPU the job thread is pinned to and at their niceness, so
+that it yields to the requests.
 """
 from __future__ import annotations
 
@@ -24,8 +28,10 @@ if TYPE_CHECKING:
 
 
 class GraphBuilds:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, cpus: frozenset[int] = frozenset(), nice: int = 0) -> None:
+        """``cpus`` (empty: the process's) and ``nice``: where and how the build thread runs."""
         self._engine = engine
+        self._cpus, self._nice = cpus, nice
         self._lock = threading.Condition()
         self._todo: deque[GraphPlan] = deque()                                   # under the lock
         self._built: list[tuple[GraphPlan, GraphRun | BaseException]] = []       # under the lock
@@ -54,13 +60,14 @@ class GraphBuilds:
         if key in self._waiting:
             self._waiting[key].append(job)
             return
+        if self._thread is None:  # first: a thread that fails to start leaves nothing asked for
+            thread = threading.Thread(target=self._build_all, name="vkact-graph-build", daemon=True)
+            thread.start()
+            self._thread = thread
         self._waiting[key] = [job]
         with self._lock:
             self._todo.append(plan)
             self._lock.notify()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._build_all, name="vkact-graph-build", daemon=True)
-            self._thread.start()
 
     def finished(self) -> list[tuple[GraphPlan, GraphRun | BaseException, list[Any]]]:
         """The builds that have ended since the last call: each plan, its run (or what its build
@@ -74,9 +81,9 @@ class GraphBuilds:
         return [(plan, run, self._waiting.pop(plan.program.key, [])) for plan, run in built]
 
     def close(self) -> list[Any]:
-        """Stop after the build under way (a driver call cannot be cut short); the jobs still parked,
-        whose answers no one will read. Runs built and not taken are destroyed here, on the engine's
-        thread."""
+        """Stop the build under way at its next pipeline (a driver call cannot be cut short); the jobs
+        still parked, whose answers no one will read. Runs built and not taken are destroyed here, on the
+        engine's thread."""
         with self._lock:
             self._stopping = True
             self._todo.clear()
@@ -93,8 +100,13 @@ class GraphBuilds:
         return left
 
     def _build_all(self) -> None:
+        from .cpu_placement import set_thread_cpus
         from .engine_graph import GraphRun
 
+        if self._nice:
+            os.nice(self._nice)  # this thread's alone (Linux)
+        if self._cpus:
+            set_thread_cpus(self._cpus)
         while True:
             with self._lock:
                 while not self._todo and not self._stopping:
@@ -103,7 +115,7 @@ class GraphBuilds:
                     return
                 plan = self._todo.popleft()
             try:
-                run: GraphRun | BaseException = GraphRun(self._engine, plan)
+                run: GraphRun | BaseException = GraphRun(self._engine, plan, lambda: self._stopping)
             except BaseException as exc:  # noqa: BLE001 - the jobs that waited for it are told
                 run = exc
             with self._lock:

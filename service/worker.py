@@ -334,9 +334,13 @@ class DeviceWorker(WorkerLifecycle):
         if kind == "ready":
             self._on_ready(msg[1])
             return
-        if kind == "late":  # parked graph jobs answered: their places went back at "building"
+        if kind == "late":  # parked graph jobs whose build failed: their places went back at "building"
             self._built_at = time.perf_counter()
             self._answer(msg[1])
+            return
+        if kind == "built":  # parked graph jobs whose program is built: sent again, first in the queue
+            self._built_at = time.perf_counter()
+            self._requeue(msg[1])
             return
         self._inflight_batches -= 1
         self._window.release()
@@ -354,6 +358,20 @@ class DeviceWorker(WorkerLifecycle):
             self._answer([(job_id, "done", msg[1], len(msg[2])) for job_id in msg[2]])
         else:
             self._answer(msg[1])
+
+    def _requeue(self, job_ids: list[int]) -> None:
+        """Parked graph jobs back at the head of the queue, in their order: the pump that follows this
+        read sends them into the window as any graph job (each timed on the device from then, one
+        program's jobs interleaved with the others')."""
+        for job_id in reversed(job_ids):
+            job = self._inflight.pop(job_id, None)
+            if job is None:
+                continue
+            job.parked_at = None
+            if job.future.done():  # the client left while its pipelines built
+                job.release()
+            else:
+                self._queue.appendleft(job)
 
     def _answer(self, replies: list[tuple]) -> None:
         """Each reply's job answered: (id, "done", kernel seconds, batch size) or (id, "error", ...)."""

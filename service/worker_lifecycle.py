@@ -13,6 +13,7 @@ import logging
 import multiprocessing as mp
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -31,6 +32,20 @@ log = logging.getLogger("vkact.worker")
 # served STABLE_S since its ready report (restart_backoff); a worker starts in 1-1.5 s on lavapipe here.
 FIRST_RESTART_DELAY_S, MAX_RESTART_DELAY_S = 0.2, 5.0
 WATCH_INTERVAL_S = 1.0  # how often the HTTP side looks for a job stuck on the device
+
+
+def longest_wait(jobs: Iterable[Job], built_at: float, now: float) -> tuple[float, str]:
+    """What the watchdog weighs against device_timeout_s: the longest a job has been on the device, or a
+    graph program's build has run (the worker builds one at a time, in order: the build under way began
+    at the last one's end, ``built_at``, or when the oldest parked job came if later; a job parked behind
+    other builds is not hung), in seconds, and which of the two it is."""
+    on_device = [job.started_at for job in jobs if job.parked_at is None]
+    parked = [job.parked_at for job in jobs if job.parked_at is not None]
+    running = now - min(on_device) if on_device else 0.0
+    building = now - max(min(parked), built_at) if parked else 0.0
+    if running >= building:
+        return running, "a job has been on the device"
+    return building, "a graph's pipelines have been building"
 
 
 class WorkerLifecycle(ABC):
@@ -114,16 +129,9 @@ class WorkerLifecycle(ABC):
             return
         if not self._inflight:
             return
-        now = time.perf_counter()
-        on_device = [job.started_at for job in self._inflight.values() if job.parked_at is None]
-        parked = [job.parked_at for job in self._inflight.values() if job.parked_at is not None]
-        running = now - min(on_device) if on_device else 0.0
-        # the worker builds one graph program at a time, in order: the build under way began at the last
-        # one's end, or when the oldest parked job came if later (a job waiting behind builds is not hung)
-        building = now - max(min(parked), self._built_at) if parked else 0.0
-        if max(running, building) > self.settings.device_timeout_s:
-            what = "a job has been on the device" if running >= building else "a graph's pipelines have been building"
-            log.error("%s for %.0f s (device_timeout_s %g): killing the device worker", what, max(running, building), self.settings.device_timeout_s)
+        seconds, what = longest_wait(self._inflight.values(), self._built_at, time.perf_counter())
+        if seconds > self.settings.device_timeout_s:
+            log.error("%s for %.0f s (device_timeout_s %g): killing the device worker", what, seconds, self.settings.device_timeout_s)
             self._proc.kill()  # _on_exit fails its jobs and starts another
 
     def _trim(self) -> None:

@@ -5,7 +5,9 @@ job pipe (``service.framing``), runs each job on views of its shared-memory slot
 and answers on its reply pipe. kp is imported here only, so the HTTP process never loads a Vulkan driver.
 A graph job whose program has no run yet is parked ("building": its place in the HTTP side's window goes
 back) while service.graph_builds makes the run on a thread of its own; the job thread goes on with other
-jobs, and answers the parked ones ("late") when the build's end wakes it.
+jobs. When the build's end wakes it, it takes the run and hands the parked jobs back ("built": the HTTP
+side sends them again, as any graph job, into the window) or, when the build failed, answers them with its
+error ("late").
 """
 from __future__ import annotations
 
@@ -48,14 +50,14 @@ class _Engines:
     hands it to its compute pool (one broadcast wake-up for all of the pool's threads) and waits
     for it (measured: 23 us a 1,024-element dispatch against 56). Larger dispatches keep the pool."""
 
-    def __init__(self, main, small=None) -> None:
+    def __init__(self, main, small=None, builds: GraphBuilds | None = None) -> None:
         self.main, self.small = main, small
         self._ops: OrderedDict[bytes, tuple[OperatorDesc, Any]] = OrderedDict()
         self._templates: dict[int, Template] = {}                  # by number (see service.jobs.TemplateIds)
         self._replays: dict[int, Callable[[], float | None]] = {}  # what a template's first job did, to redo
         self._pairs: dict[int, tuple[list[np.ndarray], np.ndarray]] = {}  # a template's views, for batches
         self._plans: OrderedDict[bytes, Any] = OrderedDict()       # GraphPlans by their pickled bytes
-        self.builds = GraphBuilds(main)   # new graph programs' pipelines, beside the job thread
+        self.builds = builds or GraphBuilds(main)   # new graph programs' pipelines, beside the job thread
 
     def load_shaders(self) -> int:
         if self.small is not None:
@@ -189,10 +191,10 @@ class _Engines:
         except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
             return _failure(job_id, exc)
 
-    def run_graph(self, mappings: dict[str, Mapping], job: tuple, park: bool = True) -> tuple | None:
+    def run_graph(self, mappings: dict[str, Mapping], job: tuple) -> tuple | None:
         """A graph job: its plan (compiled on the HTTP side) on the main engine, each output copied
-        into its place in the slot. None (``park``): parked until its program's pipelines are built
-        beside this thread (GraphBuilds); ``built_graphs`` answers it then."""
+        into its place in the slot. None: parked until its program's pipelines are built beside this
+        thread (GraphBuilds); ``built_graphs`` hands it back then."""
         job_id, key, path, size, inputs, outputs = job
         try:
             plan = self._plans.get(key)
@@ -203,7 +205,7 @@ class _Engines:
             else:
                 self._plans.move_to_end(key)
             self.main.check_graph(plan)
-            if park and not self.main.has_graph_run(plan):
+            if not self.main.has_graph_run(plan):
                 self.builds.park(plan, job)
                 return None
             ins, _ = _buffers(mappings, path, size, inputs, (0, 0))
@@ -216,10 +218,11 @@ class _Engines:
         except Exception as exc:  # noqa: BLE001 - reported to the request, the worker stays up
             return _failure(job_id, exc)
 
-    def built_graphs(self, mappings: dict[str, Mapping]) -> list[tuple]:
-        """The replies of the parked graph jobs whose programs' builds have ended: each run taken into
-        the main engine, then its jobs run (a build that failed fails them)."""
-        replies = []
+    def built_graphs(self) -> list[tuple[str, list]]:
+        """The messages for the parked graph jobs whose programs' builds have ended: each run taken into
+        the main engine and its jobs' ids handed back ("built": sent again, each runs as any graph job,
+        its time on the device counted from then), or the build's error as their replies ("late")."""
+        messages: list[tuple[str, list]] = []
         for plan, run, jobs in self.builds.finished():
             if not isinstance(run, BaseException):
                 try:
@@ -227,9 +230,11 @@ class _Engines:
                 except Exception as exc:  # noqa: BLE001 - its jobs are told; the run is not kept
                     run.destroy()
                     run = exc
-            for job in jobs:
-                replies.append(_failure(job[0], run) if isinstance(run, BaseException) else self.run_graph(mappings, job, park=False))
-        return replies
+            if isinstance(run, BaseException):
+                messages.append(("late", [_failure(job[0], run) for job in jobs]))
+            else:
+                messages.append(("built", [job[0] for job in jobs]))
+        return messages
 
 
 def _failure(job_id: int, exc: BaseException) -> tuple:
@@ -314,6 +319,29 @@ def _next_message(reader: framing.Reader, poller: select.poll, placement: LoadPl
     return msg
 
 
+def _next_beside_builds(reader: framing.Reader, either: select.poll, jobs_fd: int, builds: GraphBuilds,
+                        placement: LoadPlacement | None, fd: int, engines: _Engines) -> tuple | None:
+    """``_next_message`` while graph jobs are parked: the next message, or None once builds that ended
+    are handled (their messages sent). A build that has ended goes first, so that a stream of jobs does
+    not hold it; the wait, when there is one, is timed for ``placement`` as ``_next_message`` times its
+    read."""
+    waited, ready = False, {}
+    if not builds.ended() and not reader.has_message():
+        started = time.perf_counter()
+        ready = dict(either.poll(BACK_AFTER_S * 1000 if placement is not None and placement.away else None))
+        waited = time.perf_counter() - started > READ_AT_ONCE_S
+        if not ready and placement is not None:
+            placement.idle()
+    if builds.ended() or builds.fileno() in ready:  # (finished() drains the wake pipe)
+        for kind, payload in engines.built_graphs():
+            framing.send(fd, kind, payload)
+    if not reader.has_message() and jobs_fd not in ready:
+        return None
+    if placement is not None:
+        placement.waited(waited)
+    return reader.next()
+
+
 def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int | None = None,
                 cpus: frozenset[int] = frozenset()) -> None:
     """The device worker: it reads ``jobs`` and answers on ``replies`` (one pipe each way); ``cpu`` is
@@ -346,7 +374,8 @@ def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int 
         copier.place(frozenset(cpus - {cpu}))  # the large copies' helper beside the job thread, never on its CPU
         placement = LoadPlacement(cpu, frozenset(cpus - {cpu}), frozenset({threading.get_native_id(), *small_threads}),
                                   frozenset(small_threads), nice)
-    engines = _Engines(engine, small)
+    # a graph's builds: the driver's work, where and as its threads run (off the job thread's pinned CPU)
+    engines = _Engines(engine, small, GraphBuilds(engine, frozenset(cpus - {cpu}) if cpu is not None and cpus - {cpu} else cpus, nice))
     variants = engines.load_shaders()
     fd = replies.fileno()
     framing.send(fd, "ready", {
@@ -369,43 +398,39 @@ def worker_main(jobs: Connection, replies: Connection, settings: dict, cpu: int 
     reader = framing.Reader(jobs.fileno())
     poller = select.poll()
     poller.register(jobs.fileno(), select.POLLIN)
+    builds = engines.builds
     either = select.poll()  # while a graph builds: a job, or the build's end
     either.register(jobs.fileno(), select.POLLIN)
-    either.register(engines.builds.fileno(), select.POLLIN)
-    while True:
-        if engines.builds.pending():
-            ready: dict[int, int] = {}
-            if not engines.builds.ended() and not reader.has_message():
-                ready = dict(either.poll())
-            if engines.builds.ended() or engines.builds.fileno() in ready:  # (finished() drains the pipe)
-                replies = engines.built_graphs(mappings)
-                if replies:  # "late": their places in the HTTP side's window went back at "building"
-                    framing.send(fd, "late", replies)
-            if not reader.has_message() and jobs.fileno() not in ready:
+    either.register(builds.fileno(), select.POLLIN)
+    try:
+        while True:
+            try:
+                msg = _next_message(reader, poller, placement) if not builds.pending() else \
+                    _next_beside_builds(reader, either, jobs.fileno(), builds, placement, fd, engines)
+            except EOFError:  # the HTTP process is gone
+                break
+            if msg is None:  # a build's end, handled
                 continue
-        try:
-            msg = _next_message(reader, poller, placement)
-        except EOFError:  # the HTTP process is gone
-            break
-        if msg[0] == "stop":
-            break
-        if msg[0] == "go":
-            framing.write(fd, engines.go(mappings, msg[1], msg[2]))
-        elif msg[0] == "batch":
-            framing.write(fd, engines.batch(mappings, msg[1]))
-        elif msg[0] == "template":
-            engines.define(msg[1], msg[2])
-        elif msg[0] == "forget":
-            engines.forget(mappings, msg[1])
-        elif msg[0] == "trim":
-            engines.trim()
-        elif msg[0] == "graph":
-            reply = engines.run_graph(mappings, msg[1])
-            if reply is None:  # parked while its pipelines build: its place in the window goes back
-                framing.send(fd, "building", msg[1][0])
-            else:
-                framing.send(fd, "done", [reply])
-        else:  # the HTTP side sends no other kind: a bug there, not a reason to stop
-            log.error("unknown message %r from the HTTP process", msg[0])
-    engines.close()
-    copier.close()  # made here for both engines, closed here
+            if msg[0] == "stop":
+                break
+            if msg[0] == "go":
+                framing.write(fd, engines.go(mappings, msg[1], msg[2]))
+            elif msg[0] == "batch":
+                framing.write(fd, engines.batch(mappings, msg[1]))
+            elif msg[0] == "template":
+                engines.define(msg[1], msg[2])
+            elif msg[0] == "forget":
+                engines.forget(mappings, msg[1])
+            elif msg[0] == "trim":
+                engines.trim()
+            elif msg[0] == "graph":
+                reply = engines.run_graph(mappings, msg[1])
+                if reply is None:  # parked while its pipelines build: its place in the window goes back
+                    framing.send(fd, "building", msg[1][0])
+                else:
+                    framing.send(fd, "done", [reply])
+            else:  # the HTTP side sends no other kind: a bug there, not a reason to stop
+                log.error("unknown message %r from the HTTP process", msg[0])
+    finally:  # the build thread stopped before the engines go, however the loop ended
+        engines.close()
+        copier.close()  # made here for both engines, closed here

@@ -86,16 +86,17 @@ def _softmax_chain(nodes: int, sizes: tuple[int, ...]):
 @pytest.mark.timeout(300)
 def test_other_jobs_are_answered_while_a_new_graphs_pipelines_build():
     """A graph of a structure the worker has not run parks while its pipelines build beside the job
-    thread: jobs sent after it are answered before it (they waited for the whole build before), the
-    graph's answer is still the node-by-node one, graphs of one program wait for one build, and every
-    place in the worker's window comes back."""
+    thread: jobs sent after it are answered before it (they waited for the whole build before: about
+    3 s for 32 softmax pipelines here, against well under 1 ms a RELU job), the graphs parked on one
+    program and the other's are answered the node-by-node answer once built, and every place in the
+    worker's window comes back."""
     from service.limits import IN_FLIGHT
     from service.operators import parse_operator
     from tests.helpers import tensor
 
     relu = parse_operator({"Type": "DML_OPERATOR_ACTIVATION_RELU", "InputTensor": tensor(np.float32, (1024,)), "OutputTensor": tensor(np.float32, (1024,))})
     x = np.linspace(-2, 2, 1024, dtype=np.float32)
-    graphs = [_softmax_chain(8, (4, 129)), _softmax_chain(8, (4, 131))]
+    graphs = [_softmax_chain(32, (4, 129)), _softmax_chain(8, (4, 131))]
     plans = [GraphCompiler(Settings()).compile(g) for g in graphs]
     inputs = [sample(np.float32, (4, 129), seed=1), sample(np.float32, (4, 131), seed=2)]
 
@@ -110,12 +111,12 @@ def test_other_jobs_are_answered_while_a_new_graphs_pipelines_build():
             pending = [asyncio.ensure_future(worker.run_graph(plan, [v.reshape(-1).view(np.uint8)]))
                        for plan, v in ((plans[0], inputs[0]), (plans[0], inputs[0]), (plans[1], inputs[1]))]
             answered_during_build = 0
-            for _ in range(20):
+            for _ in range(10):
                 result = await worker.run(relu, [x.view(np.uint8)], False)
                 assert np.array_equal(np.frombuffer(result.output, np.float32), np.maximum(x, 0))
                 result.release()
                 answered_during_build += not pending[0].done()
-            assert answered_during_build == 20  # each one before the first graph's build ended
+            assert answered_during_build == 10  # each one before the first graph's build ended
             results = await asyncio.gather(*pending)
             for result, graph, v in zip(results, (graphs[0], graphs[0], graphs[1]), (inputs[0], inputs[0], inputs[1])):
                 outputs = [bytes(view) for view in result.outputs]

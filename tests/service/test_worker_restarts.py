@@ -76,3 +76,21 @@ def test_a_worker_closed_while_a_restart_waits_starts_none():
 
     asyncio.run(scenario())
     assert [pid for pid in spawned_children(os.getpid()) if not ended(pid)] == []
+
+
+def test_the_watchdog_times_a_graph_build_from_the_last_builds_end_not_a_job_parked_behind_it():
+    """longest_wait, which the watchdog weighs against device_timeout_s: a job on the device from when it
+    was sent; parked graph jobs (their programs built one at a time, in order) from the last build's end
+    or the oldest one's parking, whichever is later, so jobs queued behind several builds are not taken
+    for a hung driver, and a build that itself runs long is."""
+    from types import SimpleNamespace as Job
+
+    def wait(jobs, built_at=0.0, now=100.0):
+        return lifecycle_module.longest_wait(jobs, built_at, now)
+
+    assert wait([Job(started_at=70.0, parked_at=None)]) == (30.0, "a job has been on the device")
+    parked = [Job(started_at=1.0, parked_at=10.0), Job(started_at=2.0, parked_at=20.0)]
+    assert wait(parked) == (90.0, "a graph's pipelines have been building")  # no build has ended: since the first parked
+    assert wait(parked, built_at=95.0) == (5.0, "a graph's pipelines have been building")  # the build under way since 95
+    assert wait([*parked, Job(started_at=50.0, parked_at=None)], built_at=95.0) == (50.0, "a job has been on the device")
+    assert wait([Job(started_at=1.0, parked_at=99.0)], built_at=40.0) == (1.0, "a graph's pipelines have been building")
