@@ -165,7 +165,11 @@ class Engine(DispatchGeometry):
         run = self._graph_runs.get(key)
         if run is None:
             run = built if built is not None else GraphRun(self, plan)
-            run.settle()
+            try:
+                run.settle()
+            except BaseException:
+                run.destroy()
+                raise
             while len(self._graph_runs) >= MAX_GRAPH_RUNS:
                 self._graph_runs.popitem(last=False)[1].destroy()
             self._graph_runs[key] = run

@@ -90,12 +90,14 @@ class GraphBuilds:
             self._lock.notify()
         if self._thread is not None:
             self._thread.join()
-        for _plan, run, _jobs in self.finished():
+        left = []
+        for _plan, run, jobs in self.finished():  # built, failed or stopped: their jobs are still unanswered
+            left += jobs
             if not isinstance(run, BaseException):
                 run.destroy()
         os.close(self._wake_read)
         os.close(self._wake_write)
-        left = [job for jobs in self._waiting.values() for job in jobs]
+        left += [job for jobs in self._waiting.values() for job in jobs]
         self._waiting.clear()
         return left
 

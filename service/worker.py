@@ -41,6 +41,7 @@ class DeviceWorker(WorkerLifecycle):
         self.batches = 0                             # messages that carried them
         self._ids = itertools.count()
         self._queue: deque[Job] = deque()
+        self._resent_ahead = 0                       # graph jobs back from a build at the queue's head, in order
         self._answers: list[Job] = []  # lone jobs done whose on_done _on_message calls after its pump
         #: a model's own batch limit (load_model with a config, the server's: dataplane.batching), None
         #: where it has none; never above max_batch
@@ -236,6 +237,8 @@ class DeviceWorker(WorkerLifecycle):
         queue = self._queue
         while queue and self._window.free > 0 and self._ready.is_set():
             job = queue.popleft()
+            if self._resent_ahead:
+                self._resent_ahead -= 1
             batch = []
             if not job.future.done():
                 batch = [job, *self._companions(job)]
@@ -360,10 +363,10 @@ class DeviceWorker(WorkerLifecycle):
             self._answer(msg[1])
 
     def _requeue(self, job_ids: list[int]) -> None:
-        """Parked graph jobs back at the head of the queue, in their order: the pump that follows this
-        read sends them into the window as any graph job (each timed on the device from then, one
-        program's jobs interleaved with the others')."""
-        for job_id in reversed(job_ids):
+        """Parked graph jobs back at the head of the queue, behind those back from earlier builds and in
+        their order (first built, first sent again): the pump that follows this read sends them into the
+        window as any graph job (each timed on the device from then, interleaved with the others)."""
+        for job_id in job_ids:
             job = self._inflight.pop(job_id, None)
             if job is None:
                 continue
@@ -371,7 +374,8 @@ class DeviceWorker(WorkerLifecycle):
             if job.future.done():  # the client left while its pipelines built
                 job.release()
             else:
-                self._queue.appendleft(job)
+                self._queue.insert(self._resent_ahead, job)
+                self._resent_ahead += 1
 
     def _answer(self, replies: list[tuple]) -> None:
         """Each reply's job answered: (id, "done", kernel seconds, batch size) or (id, "error", ...)."""

@@ -58,7 +58,7 @@ class WorkerLifecycle(ABC):
         self.restarts = 0
         self._inflight: dict[int, Job] = {}          # jobs on the worker, by id
         self._inflight_batches = 0                   # the messages that carried them, each a place in the window
-        self._built_at = 0.0                         # perf_counter time of the worker's last graph build's end ("late")
+        self._built_at = 0.0                         # perf_counter time of the worker's last graph build's end ("built", "late")
         self._window = Window(IN_FLIGHT)
         self._pool = SlotPool(settings.queue_size + IN_FLIGHT, self._forget, settings.slot_bytes)
         self._trimmed_at = time.monotonic()

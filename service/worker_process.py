@@ -39,7 +39,7 @@ from .vulkan_probe import choose, physical_devices
 
 log = logging.getLogger("vkact.worker_process")
 from .limits import OPS_CACHED
-from .limits import GRAPHS_CACHED
+from .limits import GRAPHS_CACHED, MAX_GRAPH_RUNS
 READ_AT_ONCE_S = 20e-6  # a read of a message already there: a system call, no wake-up
 
 
@@ -58,6 +58,12 @@ class _Engines:
         self._pairs: dict[int, tuple[list[np.ndarray], np.ndarray]] = {}  # a template's views, for batches
         self._plans: OrderedDict[bytes, Any] = OrderedDict()       # GraphPlans by their pickled bytes
         self.builds = builds or GraphBuilds(main)   # new graph programs' pipelines, beside the job thread
+        # runs built whose jobs were handed back and have not come again: taken into the engine by the first
+        # of them (not before: a burst of other builds could push them out of its MAX_GRAPH_RUNS first), at
+        # most MAX_GRAPH_RUNS of them, the oldest let go (its jobs build it again); by program key, with the
+        # trim count when built (``trim`` lets go of those a whole idle period old: their jobs were dropped)
+        self._built: OrderedDict[str, tuple[Any, Any, int]] = OrderedDict()
+        self._trims = 0
 
     def load_shaders(self) -> int:
         if self.small is not None:
@@ -66,6 +72,8 @@ class _Engines:
 
     def close(self) -> None:
         self.builds.close()  # its thread uses the main engine: stopped first
+        while self._built:
+            self._built.popitem()[1][1].destroy()
         for engine in (self.small, self.main):
             if engine is not None:
                 engine.close()
@@ -163,6 +171,9 @@ class _Engines:
 
     def trim(self) -> None:
         """Free what the engines have not used since the last trim (idle_release_s apart)."""
+        for key in [k for k, (_, _, trims) in self._built.items() if trims < self._trims]:
+            self._built.pop(key)[1].destroy()
+        self._trims += 1
         for engine in (self.main, self.small):
             if engine is not None:
                 engine.trim()  # a replayer of a freed plan says so, and its job runs whole again
@@ -205,12 +216,13 @@ class _Engines:
             else:
                 self._plans.move_to_end(key)
             self.main.check_graph(plan)
-            if not self.main.has_graph_run(plan):
+            if plan.program.key not in self._built and not self.main.has_graph_run(plan):
                 self.builds.park(plan, job)
                 return None
             ins, _ = _buffers(mappings, path, size, inputs, (0, 0))
             before = self.main.stats.kernel_seconds
-            results = self.main.prepare_graph(plan).run(plan, ins)
+            built = self._built.pop(plan.program.key, None)  # taken into the engine (settled) here
+            results = self.main.prepare_graph(plan, built[1] if built is not None else None).run(plan, ins)
             array = mappings[path].array
             for (offset, n), result in zip(outputs, results):
                 array[offset : offset + n] = result
@@ -219,21 +231,22 @@ class _Engines:
             return _failure(job_id, exc)
 
     def built_graphs(self) -> list[tuple[str, list]]:
-        """The messages for the parked graph jobs whose programs' builds have ended: each run taken into
-        the main engine and its jobs' ids handed back ("built": sent again, each runs as any graph job,
-        its time on the device counted from then), or the build's error as their replies ("late")."""
+        """The messages for the parked graph jobs whose programs' builds have ended: each run kept for the
+        first of its jobs to come again and their ids handed back ("built": sent again, each runs as any
+        graph job, its time on the device counted from then), or the build's error as their replies
+        ("late")."""
         messages: list[tuple[str, list]] = []
         for plan, run, jobs in self.builds.finished():
-            if not isinstance(run, BaseException):
-                try:
-                    self.main.prepare_graph(plan, run)
-                except Exception as exc:  # noqa: BLE001 - its jobs are told; the run is not kept
-                    run.destroy()
-                    run = exc
             if isinstance(run, BaseException):
                 messages.append(("late", [_failure(job[0], run) for job in jobs]))
-            else:
-                messages.append(("built", [job[0] for job in jobs]))
+                continue
+            old = self._built.pop(plan.program.key, None)
+            if old is not None:
+                old[1].destroy()
+            self._built[plan.program.key] = (plan, run, self._trims)
+            while len(self._built) > MAX_GRAPH_RUNS:
+                self._built.popitem(last=False)[1][1].destroy()
+            messages.append(("built", [job[0] for job in jobs]))
         return messages
 
 

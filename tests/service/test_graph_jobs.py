@@ -123,7 +123,8 @@ def test_other_jobs_are_answered_while_a_new_graphs_pipelines_build():
                 result.release()
                 values = await _node_by_node(worker, graph, v)
                 assert outputs == [values[graph.OutputEdges[0].FromNodeIndex]]
-            assert worker._window.free == IN_FLIGHT and not worker._inflight
+            assert worker._window.free == IN_FLIGHT and not worker._inflight and worker._inflight_batches == 0
+            assert not worker._queue and worker._resent_ahead == 0
             again = await worker.run_graph(plans[1], [inputs[1].reshape(-1).view(np.uint8)])  # built: runs at once
             again.release()
         finally:
