@@ -77,7 +77,7 @@ WORKER_STAGES: list[tuple[str, str]] = [
     ("engine: plan and cache look-up, checks", r"engine(_plan|_direct|_graph)?\.py|dispatch_geometry\.py|layout\.py|buckets\.py|operators/|descriptors/"),
     ("answer: socket write (framing)", r"(write|send|encode\w*) \(framing\.py"),
     ("receive: socket read and decode (framing)", r"framing\.py"),
-    ("job handling and batching (worker_process)", r"worker_process\.py"),
+    ("job handling and batching (worker_process, worker_engines)", r"worker_(process|engines)\.py"),
 ]
 
 # perf: a sample's library -> category

@@ -77,7 +77,7 @@ def test_profile_stage_rules(frames: list[str], stage: str) -> None:
 
 def test_worker_stage_rules() -> None:
     rules = [(name, re.compile(p)) for name, p in profile.WORKER_STAGES]
-    root = ["worker_main (worker_process.py:200)", "_Engines.go (worker_process.py:150)"]
+    root = ["worker_main (worker_process.py:200)", "WorkerEngines.go (worker_engines.py:110)"]
     assert profile._stage([*root, "Engine.execute (engine.py:300)", "_Plan.run (engine_plan.py:38)"], rules).startswith("dispatch")
     assert profile._stage([*root, "Engine.execute (engine.py:300)", "DispatchGeometry.dispatch_shape (dispatch_geometry.py:100)"],
                           rules).startswith("engine")

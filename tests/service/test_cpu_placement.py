@@ -60,13 +60,14 @@ def test_small_dispatches_run_on_the_inline_engine(engine):
     dispatches; its answers are those of numpy, and larger dispatches stay on the main engine."""
     from service.engine import Engine
     from service.jobs import descriptor_key as pickled
-    from service.worker_process import _Engines, _make_engine
+    from service.worker_engines import WorkerEngines
+    from service.worker_process import _make_engine
 
     if engine.device.driver_name != "llvmpipe":
         pytest.skip("the inline engine is for llvmpipe")
     small = _make_engine(Engine, engine.settings, CPUS, engine.settings.worker_nice, inline=True)
     try:
-        engines = _Engines(engine, small)
+        engines = WorkerEngines(engine, small)
         rng = np.random.default_rng(11)
         for n, expected in ((1024, small), (1 << 20, engine)):
             op = make_op("SHRINK", np.float32, (1, 1, 1, n), Bias=0.25, Threshold=0.75)
@@ -183,7 +184,8 @@ def test_a_batch_of_one_workgroup_jobs_runs_on_the_inline_engine(engine):
     from service import framing
     from service.engine import Engine
     from service.slots import Mapping
-    from service.worker_process import _Engines, _make_engine
+    from service.worker_engines import WorkerEngines
+    from service.worker_process import _make_engine
 
     if engine.device.driver_name != "llvmpipe":
         pytest.skip("the inline engine is for llvmpipe")
@@ -196,7 +198,7 @@ def test_a_batch_of_one_workgroup_jobs_runs_on_the_inline_engine(engine):
     try:
         for i, x in enumerate(xs):
             mapping.array[i * step : i * step + x.nbytes] = x.view(np.uint8)
-        engines = _Engines(engine, small)
+        engines = WorkerEngines(engine, small)
         for i, x in enumerate(xs):
             engines.define(i, (key, path, step * len(xs), ((i * step, x.nbytes),), (i * step + x.nbytes, x.nbytes), False))
         main_before, small_before = engine.stats.dispatches, small.stats.dispatches

@@ -14,7 +14,7 @@ import pytest
 from service.config import Settings
 from service.engine import Engine
 from service.slots import SHM_DIR, Mapping
-from service.worker_process import _Engines
+from service.worker_engines import WorkerEngines
 from tests.helpers import assert_matches, make_op
 
 N = 1 << 20  # 4 MiB of FLOAT32 each way
@@ -26,7 +26,7 @@ def engines():
     if engine.slot_import_bytes is None:
         engine.close()
         pytest.skip("this device does not run jobs on imported host memory")
-    yield _Engines(engine)
+    yield WorkerEngines(engine)
     engine.close()
 
 

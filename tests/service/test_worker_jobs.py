@@ -13,7 +13,7 @@ import numpy as np
 from service import framing
 from service.slots import Mapping
 from service.jobs import TemplateIds
-from service.worker_process import _Engines
+from service.worker_engines import WorkerEngines
 from tests.helpers import assert_matches, make_op
 
 
@@ -28,7 +28,7 @@ def _scenario(engine, fail_batch: bool, monkeypatch):
     path = os.path.join(tempfile.gettempdir(), f"vkact-test-{os.getpid()}-{fail_batch}")
     step = 2 * op.output.total_bytes
     mapping = Mapping(path, step * len(xs), True)
-    engines = _Engines(engine)
+    engines = WorkerEngines(engine)
     try:
         for i, x in enumerate(xs):
             mapping.array[i * step : i * step + x.nbytes] = x.view(np.uint8)
@@ -89,7 +89,7 @@ def test_a_template_runs_whole_once_then_replays_on_new_bytes(engine):
     path = os.path.join(tempfile.gettempdir(), f"vkact-test-{os.getpid()}-template")
     mapping = Mapping(path, 2 * n, True)
     mappings = {path: mapping}
-    engines = _Engines(engine)
+    engines = WorkerEngines(engine)
     engines.define(5, (pickle.dumps(op), path, 2 * n, ((0, n),), (n, n), False))
     try:
         kinds = []
@@ -124,7 +124,7 @@ def test_a_batch_message_names_its_jobs_templates(engine):
     path = os.path.join(tempfile.gettempdir(), f"vkact-test-{os.getpid()}-batch")
     step = 2 * op.output.total_bytes
     mapping = Mapping(path, step * len(xs), True)
-    engines = _Engines(engine)
+    engines = WorkerEngines(engine)
     mappings = {path: mapping}
     for tid, (job_id, *template) in enumerate(_jobs(op, xs, path)):
         engines.define(tid, (template[0], template[1], template[2], tuple(template[3]), template[4], template[5]))
