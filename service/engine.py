@@ -34,7 +34,7 @@ from .engine_plan import EngineStats, Prepared, _Plan, _Slot
 from .errors import InvalidRequest, UnsupportedOnDevice
 from .graph_program import GraphPlan
 from .host_copy import Copier
-from .limits import MAX_GRAPH_RUNS, MAX_PLANS
+from .limits import MAX_GRAPH_PIPELINES, MAX_GRAPH_RUNS, MAX_PLANS
 from .operators import OperatorDesc
 from .shaders import ShaderCompiler, Variant, all_variants
 from .spirv_float_controls import preserve_nan
@@ -170,7 +170,8 @@ class Engine(DispatchGeometry):
             except BaseException:
                 run.destroy()
                 raise
-            while len(self._graph_runs) >= MAX_GRAPH_RUNS:
+            while self._graph_runs and (len(self._graph_runs) >= MAX_GRAPH_RUNS or
+                                        sum(len(r.dispatches) for r in self._graph_runs.values()) + len(run.dispatches) > MAX_GRAPH_PIPELINES):
                 self._graph_runs.popitem(last=False)[1].destroy()
             self._graph_runs[key] = run
         else:

@@ -103,6 +103,16 @@ class GraphRun:
         self._recorded_for: tuple | None = None
         self._seq = engine.sequence()
 
+    def warm_up(self, plan: GraphPlan) -> None:
+        """Run the kernels once, on the thread that made the run and without the GIL (kp patch 13), before
+        the engine takes it: where a driver makes a pipeline's machine code at its first dispatch
+        (``Tuning.first_dispatch_compiles``: lavapipe, seconds for a long new graph) that happens here and
+        not in the job thread's first run of it. On whatever the buffers hold (a run's own, written by
+        nothing else yet); the next run records its transfers again."""
+        self._record(self._seq, self._pushes(plan), transfers=False)
+        self._seq.eval_released()
+        self._recorded_for = None
+
     def settle(self) -> None:
         """On the engine's thread, once, before the first run: what a run made elsewhere leaves to it (a
         submission to the engine's queue, its counters)."""

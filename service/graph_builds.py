@@ -12,7 +12,9 @@ wait for one build) back to the HTTP side, which sends them again as any graph j
 
 On a CPU device the build is the driver's work on this thread (lavapipe compiles there): it runs where
 and as the driver's own threads do, off the CPU the job thread is pinned to and at their niceness, so
-that it yields to the requests.
+that it yields to the requests. Where the driver makes a pipeline's machine code at its first dispatch
+(lavapipe), this thread also runs the new graph once (``GraphRun.warm_up``, without the GIL), so that the
+job thread's first run of it does not wait for that.
 """
 from __future__ import annotations
 
@@ -118,6 +120,12 @@ class GraphBuilds:
                 plan = self._todo.popleft()
             try:
                 run: GraphRun | BaseException = GraphRun(self._engine, plan, lambda: self._stopping)
+                if self._engine.tuning.first_dispatch_compiles and not self._stopping:
+                    try:
+                        run.warm_up(plan)
+                    except BaseException:
+                        run.destroy()
+                        raise
             except BaseException as exc:  # noqa: BLE001 - the jobs that waited for it are told
                 run = exc
             with self._lock:

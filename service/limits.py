@@ -44,6 +44,11 @@ GRAPHS_CACHED = 64     # graph plans the worker keeps unpickled, by their bytes
 MAX_PLANS = 256
 #: Graph programs keep their buffers, pipelines and command buffer (engine_graph.GraphRun); this many.
 MAX_GRAPH_RUNS = 16
+#: ... and their pipelines this many at most, all runs together (least recently used runs out): on lavapipe
+#: a graph's pipeline holds about 8 MB of the worker's memory (Mesa 22.3: 6 runs of 22-34 dispatches took
+#: the process from 124 to 1,432 MB), kept by the allocator when the run goes and reused by the next. A
+#: client streaming long graphs of new shapes took the worker to 4.5 GB with runs bounded by count alone.
+MAX_GRAPH_PIPELINES = 128
 MAX_PROGRAMS = 128   # compiled graph programs kept (least recently used out)
 
 # Nodes one generated shader holds at most; a longer chain runs as several fused steps (one memory pass

@@ -17,7 +17,7 @@ from . import framing
 from .errors import VkactError
 from .framing import Template
 from .graph_builds import GraphBuilds
-from .limits import GRAPHS_CACHED, MAX_GRAPH_RUNS, OPS_CACHED
+from .limits import GRAPHS_CACHED, MAX_GRAPH_PIPELINES, OPS_CACHED
 from .operators import OperatorDesc
 from .slots import Mapping
 
@@ -41,7 +41,7 @@ class WorkerEngines:
         self.builds = builds or GraphBuilds(main)   # new graph programs' pipelines, beside the job thread
         # runs built whose jobs were handed back and have not come again: taken into the engine by the first
         # of them (not before: a burst of other builds could push them out of its MAX_GRAPH_RUNS first), at
-        # most MAX_GRAPH_RUNS of them, the oldest let go (its jobs build it again); by program key, with the
+        # most MAX_GRAPH_PIPELINES pipelines of them, the oldest let go (its jobs build it again); by program key, with the
         # trim count when built (``trim`` lets go of those a whole idle period old: their jobs were dropped)
         self._built: OrderedDict[str, tuple[Any, Any, int]] = OrderedDict()
         self._trims = 0
@@ -225,7 +225,7 @@ class WorkerEngines:
             if old is not None:
                 old[1].destroy()
             self._built[plan.program.key] = (plan, run, self._trims)
-            while len(self._built) > MAX_GRAPH_RUNS:
+            while len(self._built) > 1 and sum(len(r.dispatches) for _, r, _ in self._built.values()) > MAX_GRAPH_PIPELINES:
                 self._built.popitem(last=False)[1][1].destroy()
             messages.append(("built", [job[0] for job in jobs]))
         return messages

@@ -73,3 +73,20 @@ def test_a_build_stopped_between_pipelines_leaves_the_engine_as_it_was(engine):
     builds = GraphBuilds(engine)
     builds.park(softmax_chain(8)[1], "waiting")
     assert builds.close() == ["waiting"]  # not begun, stopped at a pipeline or built: unanswered either way
+
+
+@pytest.mark.timeout(120)
+def test_graph_runs_keep_their_pipelines_within_the_budget(engine, monkeypatch):
+    """Runs go, least recently used first, so that all runs' pipelines stay within MAX_GRAPH_PIPELINES (on
+    lavapipe each holds about 8 MB of the worker's memory), besides their count bound."""
+    import service.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "MAX_GRAPH_PIPELINES", 5)
+    before = dict(engine._graph_runs)
+    for key in list(before):  # a clean start: the session's other runs go (the bound counts them all)
+        engine._graph_runs.pop(key).destroy()
+    plans = [softmax_chain(2)[1] for _ in range(3)]  # 2 pipelines each: the third takes the first's place
+    for plan in plans:
+        engine.prepare_graph(plan)
+        assert sum(len(r.dispatches) for r in engine._graph_runs.values()) <= 5
+    assert [engine.has_graph_run(p) for p in plans] == [False, True, True]
