@@ -530,7 +530,7 @@ TensorT<bool>::dataType()
     #      for that one call, and only that: it touches nothing but its own new objects (its own pipeline
     #      cache; Vulkan's object creation needs no external synchronisation), no KP_LOG (built with logging
     #      Off), no exception crosses the gate (the C entry point, a vk::Result), and kp's unlocked state (the
-    #      Manager's lists, push constants, queue submits) stays under the GIL as before.
+    #      Manager's lists, push constants, queue submits: patch 13 adds a lock for those) stays under the GIL.
     "src/Algorithm.cpp": [
         ("""#include "kompute/Algorithm.hpp"
 
@@ -668,6 +668,7 @@ EOF
          KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \
          KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF \
          KOMPUTE_OPT_DISABLE_VK_DEBUG_LAYERS=ON \
+         KOMPUTE_OPT_LOG_LEVEL=Off \
          KOMPUTE_PYTHON_NUM_PARALLEL_THREADS=$(nproc) \
          CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
   pybind11_DIR=$("$PY" -m pybind11 --cmakedir)

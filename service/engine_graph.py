@@ -10,7 +10,8 @@ time, so a change of those re-records it (no new pipeline).
 Made in two steps: ``GraphRun(engine, plan)`` creates its buffers, pipelines and sequence and nothing
 else (no submission, no engine table or counter touched), so the device worker makes it on a thread
 beside its job thread (service/graph_builds.py: kp, as build-kp.sh patches it, builds a pipeline
-without the GIL); ``settle()``, on the engine's own thread, does the rest before its first run.
+without the GIL), which may also run it once there (``warm_up``: its own submissions, under kp's
+submission lock); ``settle()``, on the engine's own thread, does the rest before its first run.
 
 Memory: graph inputs and outputs live in the engine's memory mode (host: mapped; device: device-
 local behind staging); intermediates only the steps read are kp ``storage`` tensors: device-local,
@@ -104,13 +105,25 @@ class GraphRun:
         self._seq = engine.sequence()
 
     def warm_up(self, plan: GraphPlan) -> None:
-        """Run the kernels once, on the thread that made the run and without the GIL (kp patch 13), before
+        """Run each kernel once, on the thread that made the run and without the GIL (kp patch 13), before
         the engine takes it: where a driver makes a pipeline's machine code at its first dispatch
         (``Tuning.first_dispatch_compiles``: lavapipe, seconds for a long new graph) that happens here and
-        not in the job thread's first run of it. On whatever the buffers hold (a run's own, written by
-        nothing else yet); the next run records its transfers again."""
-        self._record(self._seq, self._pushes(plan), transfers=False)
-        self._seq.eval_released()
+        not in the job thread's first run of it. One dispatch per submission: the device's queue runs
+        submissions in order, so a job the job thread submits meanwhile waits for one pipeline's code at
+        most, not the whole graph's. On whatever the buffers hold (a run's own, written by nothing else
+        yet; in device memory its meta tables uploaded first, as a strided kernel reads them); the next
+        run records its transfers again."""
+        seq = self._seq
+        if self.engine.memory == "device" and self._uploads_once:
+            seq.clear()
+            seq.record(kp.OpTensorSyncDevice(self._uploads_once))
+            seq.eval_released()
+        for (algorithm, step), push in zip(self.dispatches, self._pushes(plan)):
+            if not isinstance(step, FusedStep) and self._ops[step.node].output.element_count == 0:
+                continue
+            seq.clear()
+            seq.record(kp.OpAlgoDispatch(algorithm, push))
+            seq.eval_released()
         self._recorded_for = None
 
     def settle(self) -> None:

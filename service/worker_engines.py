@@ -217,6 +217,7 @@ class WorkerEngines:
         graph job, its time on the device counted from then), or the build's error as their replies
         ("late")."""
         messages: list[tuple[str, list]] = []
+        handed: set[str] = set()
         for plan, run, jobs in self.builds.finished():
             if isinstance(run, BaseException):
                 messages.append(("late", [_failure(job[0], run) for job in jobs]))
@@ -225,9 +226,14 @@ class WorkerEngines:
             if old is not None:
                 old[1].destroy()
             self._built[plan.program.key] = (plan, run, self._trims)
-            while len(self._built) > 1 and sum(len(r.dispatches) for _, r, _ in self._built.values()) > MAX_GRAPH_PIPELINES:
-                self._built.popitem(last=False)[1][1].destroy()
+            handed.add(plan.program.key)
             messages.append(("built", [job[0] for job in jobs]))
+        # within the budget, the oldest let go first; never one handed back just now (its jobs are coming)
+        while sum(len(r.dispatches) for _, r, _ in self._built.values()) > MAX_GRAPH_PIPELINES:
+            oldest = next(iter(self._built))
+            if oldest in handed:
+                break
+            self._built.pop(oldest)[1].destroy()
         return messages
 
 
