@@ -94,7 +94,8 @@ def test_the_service_pins_its_event_loop_and_job_thread(server, http):
     """On lavapipe (a CPU device) with one HTTP process, 'auto' puts the event loop, the device
     worker's job thread and the small-dispatch engine's threads on the last CPU; the main engine's
     threads (its compute pool) keep every CPU, and the helper of the large copies (host_copy) runs on the
-    CPUs other than the job thread's, at the job thread's niceness."""
+    CPUs other than the job thread's, at the job thread's niceness (the graph build thread, once a graph was
+    built, runs there too, at the driver threads' niceness)."""
     from bench.service import device_worker
 
     device = http.get("/v1/device").json()
@@ -118,8 +119,9 @@ def test_the_service_pins_its_event_loop_and_job_thread(server, http):
     others = sorted(CPUS - {cpu})
     if others == list(range(others[0], others[-1] + 1)):  # the large copies' helper: beside the job thread, never on its CPU,
         beside = str(others[0]) if len(others) == 1 else f"{others[0]}-{others[-1]}"  # at its niceness, not the driver's
-        helpers = [int(t) for t in os.listdir(f"/proc/{worker}/task") if _allowed(worker, int(t)) == beside]
-        assert len(helpers) == 1 and os.getpriority(os.PRIO_PROCESS, helpers[0]) == os.getpriority(os.PRIO_PROCESS, worker)
+        there = [int(t) for t in os.listdir(f"/proc/{worker}/task") if _allowed(worker, int(t)) == beside]
+        helpers = [t for t in there if os.getpriority(os.PRIO_PROCESS, t) == os.getpriority(os.PRIO_PROCESS, worker)]
+        assert len(helpers) == 1 and len(there) <= 2  # the copy helper; the graph build thread, niced, if one started
 
 
 def test_the_worker_takes_its_devices_paths(http):
