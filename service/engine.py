@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
@@ -28,13 +27,13 @@ from .config import Settings
 from .device_tuning import slot_import_bytes, tuning_for
 from .dispatch_geometry import UNIT_BYTES, DispatchGeometry, push_words
 from .engine_direct import DirectRuns
-from .engine_graph import GraphRun
+from .engine_graph import GraphRun, GraphRuns
 from .engine_pool import BufferPool
 from .engine_plan import EngineStats, Prepared, _Plan, _Slot
 from .errors import InvalidRequest, UnsupportedOnDevice
 from .graph_program import GraphPlan
 from .host_copy import Copier
-from .limits import MAX_GRAPH_PIPELINES, MAX_GRAPH_RUNS, MAX_PLANS
+from .limits import MAX_PLANS
 from .operators import OperatorDesc
 from .shaders import ShaderCompiler, Variant, all_variants
 from .spirv_float_controls import preserve_nan
@@ -71,7 +70,7 @@ class Engine(DispatchGeometry):
         self._plans: OrderedDict[tuple[Hashable, bool], _Plan] = OrderedDict()
         self._generation = 0  # counts the times plans were dropped: replayers made before may be stale
         self._batched: OrderedDict[tuple[Hashable, int], OperatorDesc] = OrderedDict()  # (key, jobs): descriptor end to end
-        self._graph_runs: OrderedDict[str, GraphRun] = OrderedDict()   # by GraphProgram.key
+        self.graph_runs = GraphRuns()
         # large copies on two threads (host_copy): the caller's Copier (the device worker's, its helper made at
         # the job thread's niceness), else one whose helper starts here, with this thread's CPUs and niceness
         self._copier = copier or Copier()
@@ -94,8 +93,7 @@ class Engine(DispatchGeometry):
         """Free every Vulkan object; the engine cannot be used afterwards."""
         self._plans.clear()
         self._generation += 1
-        while self._graph_runs:
-            self._graph_runs.popitem()[1].destroy()
+        self.graph_runs.clear()
         if self._direct is not None:
             self._direct.close()
         self.pool.clear()
@@ -161,29 +159,11 @@ class Engine(DispatchGeometry):
         of ``plan`` made on another thread (``GraphRun(engine, plan)`` is safe there, see engine_graph),
         taken in here when the program has none yet."""
         self._check_thread()
-        key = plan.program.key
-        run = self._graph_runs.get(key)
-        if run is None:
-            run = built if built is not None else GraphRun(self, plan)
-            try:
-                run.settle()
-            except BaseException:
-                run.destroy()
-                raise
-            while self._graph_runs and (len(self._graph_runs) >= MAX_GRAPH_RUNS or
-                                        sum(len(r.dispatches) for r in self._graph_runs.values()) + len(run.dispatches) > MAX_GRAPH_PIPELINES):
-                self._graph_runs.popitem(last=False)[1].destroy()
-            self._graph_runs[key] = run
-        else:
-            if built is not None:  # made twice: the one kept wins
-                built.destroy()
-            self._graph_runs.move_to_end(key)
-        run.used = self.pool.epoch
-        return run
+        return self.graph_runs.take(self, plan, built)
 
     def has_graph_run(self, plan: GraphPlan) -> bool:
         """Whether ``plan``'s program has its run (buffers, pipelines) here: no build before it runs."""
-        return plan.program.key in self._graph_runs
+        return plan.program.key in self.graph_runs
 
     def replayer(self, op: OperatorDesc, inputs: Sequence[Buffer], out: Buffer, key: Hashable, in_place: bool = False) -> Callable[[], float | None]:
         """``execute(op, inputs, out=out, key=key, in_place=in_place)`` to repeat on the same buffers
@@ -242,32 +222,8 @@ class Engine(DispatchGeometry):
                 raise
             return algorithm, seq
 
-        direct = self._direct
-        found = direct.run_for(region, inputs, output, key, make)
-        if found is None:
-            return None
-        run_key, run = found
-        pool = self.pool
-        run.used = pool.epoch
-        stats, evaluate = self.stats, run.sequence.eval
-
-        def replay() -> float | None:
-            self._check_thread()
-            if not direct.is_live(run_key, run):
-                return None
-            run.used = pool.epoch
-            started = time.perf_counter()
-            try:
-                evaluate()
-            except BaseException:
-                direct.discard(run_key, run)  # not handed back to the job's next replayer
-                raise
-            seconds = time.perf_counter() - started
-            stats.count(seconds, run.bytes_in, run.bytes_out)
-            stats.direct_dispatches += 1
-            return seconds
-
-        return replay
+        found = self._direct.run_for(region, inputs, output, key, make)
+        return None if found is None else self._direct.replayer(*found, self.pool, self.stats, self._check_thread)
 
     def release_region(self, region: np.ndarray) -> None:
         """Destroy what ``direct_replayer`` made on the mapping ``region`` (its replayers then return
@@ -399,8 +355,7 @@ class Engine(DispatchGeometry):
         back within two periods. Returns slots freed."""
         self._check_thread()
         epoch = self.pool.epoch
-        for key in [k for k, run in self._graph_runs.items() if run.used < epoch]:
-            self._graph_runs.pop(key).destroy()
+        self.graph_runs.trim(epoch)
         if self._direct is not None:
             self._direct.trim(epoch)
         return self.pool.trim()

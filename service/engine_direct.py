@@ -21,14 +21,20 @@ lives until the worker unmaps the slot (``release``), and each run's pipeline un
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import kp
 import numpy as np
 
 from .dispatch_geometry import UNIT_BYTES
+
+if TYPE_CHECKING:
+    from .engine_plan import EngineStats
+    from .engine_pool import BufferPool
 
 log = logging.getLogger("vkact.engine")
 MAX_IMPORT_BYTES = (1 << 32) - (1 << 16)  # kp sizes a tensor in 32 bits: a larger slot imports its first 4 GiB
@@ -102,6 +108,32 @@ class DirectRuns:
             self._evicted += 1
         run = self._runs[run_key] = _Run(address, list(views.values()), algorithm, sequence, sum(n for _, n in inputs), output[1])
         return run_key, run
+
+    def replayer(self, run_key: tuple, run: _Run, pool: BufferPool, stats: EngineStats,
+                 check_thread: Callable[[], None]) -> Callable[[], float | None]:
+        """The dispatch of ``run`` (``run_for``'s) to repeat: it returns its seconds, counted in ``stats``, or
+        None without running once the run is gone (evicted, trimmed, its slot released). A dispatch that
+        raises destroys the run, so that the job's next replayer is made anew."""
+        run.used = pool.epoch
+        evaluate = run.sequence.eval
+
+        def replay() -> float | None:
+            check_thread()
+            if not self.is_live(run_key, run):
+                return None
+            run.used = pool.epoch
+            started = time.perf_counter()
+            try:
+                evaluate()
+            except BaseException:
+                self.discard(run_key, run)
+                raise
+            seconds = time.perf_counter() - started
+            stats.count(seconds, run.bytes_in, run.bytes_out)
+            stats.direct_dispatches += 1
+            return seconds
+
+        return replay
 
     def is_live(self, run_key: tuple, run: _Run) -> bool:
         return self._runs.get(run_key) is run

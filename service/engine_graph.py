@@ -22,7 +22,8 @@ reads and writes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import kp
@@ -34,6 +35,7 @@ from .dispatch_geometry import UNIT_BYTES, push_words
 from .errors import InvalidRequest, PayloadTooLarge
 from .graph_program import FusedStep, GraphPlan, NodeStep, ReductionStep, Value
 from .graph_glsl import PARAM_WORDS
+from .limits import MAX_GRAPH_PIPELINES, MAX_GRAPH_RUNS
 from .operators import OperatorDesc
 
 if TYPE_CHECKING:
@@ -118,9 +120,7 @@ class GraphRun:
             seq.clear()
             seq.record(kp.OpTensorSyncDevice(self._uploads_once))
             seq.eval_released()
-        for (algorithm, step), push in zip(self.dispatches, self._pushes(plan)):
-            if not isinstance(step, FusedStep) and self._ops[step.node].output.element_count == 0:
-                continue
+        for algorithm, push in self._dispatched(self._pushes(plan)):
             seq.clear()
             seq.record(kp.OpAlgoDispatch(algorithm, push))
             seq.eval_released()
@@ -236,13 +236,18 @@ class GraphRun:
             for _algorithm, step in self.dispatches
         ]
 
+    def _dispatched(self, pushes: list[np.ndarray]) -> Iterator[tuple[kp.Algorithm, np.ndarray]]:
+        """The (pipeline, push constants) of each dispatch a run makes, in order: a node step whose output
+        holds no element makes none."""
+        for (algorithm, step), push in zip(self.dispatches, pushes):
+            if isinstance(step, FusedStep) or self._ops[step.node].output.element_count:
+                yield algorithm, push
+
     def _record(self, seq: kp.Sequence, pushes: list[np.ndarray], transfers: bool) -> None:
         seq.clear()
         if transfers and self.engine.memory == "device":
             seq.record(kp.OpTensorSyncDevice(self.uploads))
-        for (algorithm, step), push in zip(self.dispatches, pushes):
-            if not isinstance(step, FusedStep) and self._ops[step.node].output.element_count == 0:
-                continue
+        for algorithm, push in self._dispatched(pushes):
             seq.record(kp.OpAlgoDispatch(algorithm, push))
         if transfers:
             seq.record(kp.OpTensorSyncLocal(self.downloads))
@@ -265,3 +270,60 @@ class GraphRun:
         self.views.clear()
         self.params.clear()
 
+
+
+def pipelines(runs: Iterable[GraphRun]) -> int:
+    """The pipelines ``runs`` hold, which MAX_GRAPH_PIPELINES bounds (on lavapipe each holds about 8 MB of
+    the process's memory, which its allocator keeps for reuse once the run goes)."""
+    return sum(len(run.dispatches) for run in runs)
+
+
+class GraphRuns:
+    """An engine's graph runs by program (``GraphProgram.key``): at most MAX_GRAPH_RUNS of them, holding at
+    most MAX_GRAPH_PIPELINES pipelines together, the least recently used let go first. Used on the
+    engine's thread only."""
+
+    def __init__(self) -> None:
+        self._runs: OrderedDict[str, GraphRun] = OrderedDict()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._runs
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    @property
+    def pipelines(self) -> int:
+        return pipelines(self._runs.values())
+
+    def take(self, engine: Engine, plan: GraphPlan, built: GraphRun | None) -> GraphRun:
+        """``plan``'s run, made (or ``built`` taken in, made on another thread) and settled where its
+        program has none yet; a ``built`` that comes second is destroyed (the one kept wins)."""
+        key = plan.program.key
+        run = self._runs.get(key)
+        if run is None:
+            run = built if built is not None else GraphRun(engine, plan)
+            try:
+                run.settle()
+            except BaseException:
+                run.destroy()
+                raise
+            while self._runs and (len(self._runs) >= MAX_GRAPH_RUNS or
+                                  self.pipelines + len(run.dispatches) > MAX_GRAPH_PIPELINES):
+                self._runs.popitem(last=False)[1].destroy()
+            self._runs[key] = run
+        else:
+            if built is not None:
+                built.destroy()
+            self._runs.move_to_end(key)
+        run.used = engine.pool.epoch
+        return run
+
+    def trim(self, epoch: int) -> None:
+        """Destroy the runs unused since ``epoch``."""
+        for key in [k for k, run in self._runs.items() if run.used < epoch]:
+            self._runs.pop(key).destroy()
+
+    def clear(self) -> None:
+        while self._runs:
+            self._runs.popitem()[1].destroy()

@@ -16,6 +16,7 @@ import numpy as np
 from . import framing
 from .errors import VkactError
 from .framing import Template
+from .engine_graph import pipelines
 from .graph_builds import GraphBuilds
 from .limits import GRAPHS_CACHED, MAX_GRAPH_PIPELINES, OPS_CACHED
 from .operators import OperatorDesc
@@ -229,7 +230,7 @@ class WorkerEngines:
             handed.add(plan.program.key)
             messages.append(("built", [job[0] for job in jobs]))
         # within the budget, the oldest let go first; never one handed back just now (its jobs are coming)
-        while sum(len(r.dispatches) for _, r, _ in self._built.values()) > MAX_GRAPH_PIPELINES:
+        while pipelines(run for _, run, _ in self._built.values()) > MAX_GRAPH_PIPELINES:
             oldest = next(iter(self._built))
             if oldest in handed:
                 break

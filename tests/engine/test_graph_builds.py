@@ -79,14 +79,12 @@ def test_a_build_stopped_between_pipelines_leaves_the_engine_as_it_was(engine):
 def test_graph_runs_keep_their_pipelines_within_the_budget(engine, monkeypatch):
     """Runs go, least recently used first, so that all runs' pipelines stay within MAX_GRAPH_PIPELINES (on
     lavapipe each holds about 8 MB of the worker's memory), besides their count bound."""
-    import service.engine as engine_module
+    import service.engine_graph as engine_graph
 
-    monkeypatch.setattr(engine_module, "MAX_GRAPH_PIPELINES", 5)
-    before = dict(engine._graph_runs)
-    for key in list(before):  # a clean start: the session's other runs go (the bound counts them all)
-        engine._graph_runs.pop(key).destroy()
+    monkeypatch.setattr(engine_graph, "MAX_GRAPH_PIPELINES", 5)
+    engine.graph_runs.clear()  # a clean start: the session's other runs go (the bound counts them all)
     plans = [softmax_chain(2)[1] for _ in range(3)]  # 2 pipelines each: the third takes the first's place
     for plan in plans:
         engine.prepare_graph(plan)
-        assert sum(len(r.dispatches) for r in engine._graph_runs.values()) <= 5
+        assert engine.graph_runs.pipelines <= 5
     assert [engine.has_graph_run(p) for p in plans] == [False, True, True]
