@@ -67,6 +67,8 @@ def test_model_repository_layout(tmp_path) -> None:
      "answer: headers and socket write"),
     (["Runner.run (asyncio/runners.py:118)", "WorkerLifecycle._watch (worker_lifecycle.py:100)"],
      "hand-off: the worker's answer back"),
+    (["Runner.run (asyncio/runners.py:118)", "WorkerReplies._on_message (worker_replies.py:60)", "WorkerReplies._done (worker_replies.py:140)"],
+     "hand-off: the worker's answer back"),
     (["Runner.run (asyncio/runners.py:118)"], "event loop"),
     (["Runner.run (asyncio/runners.py:118)", "Server.main_loop (uvicorn/server.py:20)"], "other"),
 ])
