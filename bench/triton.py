@@ -278,6 +278,9 @@ class TritonResult:
     # heap keeps them; which one a run gets is glibc's doing, and it moves the client's own time by 15-25 ms
     client_faults: dict[str, float]
     tensor_bytes: int
+    # vkact's own device time per 16 MiB request over those rounds (the statistics extension's compute_infer:
+    # the kernel's dispatch and wait), None where its statistics did not answer
+    large_device_s: float | None
     loadavg: tuple[float, float]
     seconds: float
 
@@ -356,7 +359,7 @@ def _load_rounds(plans: dict[str, Callable[[], Any]], pids: dict[str, dict[str, 
 
 
 def measure(vkact: svc.Server, echo: svc.Server, triton: svc.Server | None, log: Callable[[str], None] = print
-            ) -> tuple[dict[str, Load], dict[str, str], dict[str, Samples], dict[str, svc.Cpu], dict[str, Samples], dict[str, float]]:
+            ) -> tuple[dict[str, Load], dict[str, str], dict[str, Samples], dict[str, svc.Cpu], dict[str, Samples], dict[str, float], float | None]:
     """Every measurement on the servers given (Triton's rows missing without it)."""
     from . import tools
 
@@ -436,13 +439,29 @@ def measure(vkact: svc.Server, echo: svc.Server, triton: svc.Server | None, log:
                     large_callers["ceiling binary"] = HttpCaller(canned.url, large_x)
             for call in large_callers.values():
                 call.check()
+            device_before = _compute_infer(vkact.url)
             large = rounds(list(large_callers.items()), LARGE_WARMUP, LARGE_REPEAT)
+            device_after = _compute_infer(vkact.url)
+            large_device_s = None if device_before is None or device_after is None or device_after[0] <= device_before[0] \
+                else (device_after[1] - device_before[1]) / (device_after[0] - device_before[0]) * 1e-9
             faults = {key: statistics.median(call.faults[-LARGE_REPEAT:]) for key, call in large_callers.items()
                       if key.endswith("binary") and isinstance(call, HttpCaller)}
         finally:
             for call in large_callers.values():
                 call.close()
-    return load, reasons, latency, cpu, large, faults
+    return load, reasons, latency, cpu, large, faults, large_device_s
+
+
+def _compute_infer(url: str) -> tuple[int, int] | None:
+    """vkact's compute_infer (count, nanoseconds) for the bench's model, from the statistics extension."""
+    import httpx
+
+    try:
+        stats = httpx.get(f"{url}/v2/models/{MODEL}/stats", timeout=30).json()
+        spent = stats["model_stats"][0]["inference_stats"]["compute_infer"]
+        return int(spent["count"]), int(spent["ns"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        return None
 
 
 @contextmanager
@@ -469,6 +488,6 @@ def run(log: Callable[[str], None] = print) -> TritonResult:
         device = httpx.get(vkact.url + "/v1/device", timeout=30).json()
         log(f"triton: vkact at {vkact.url} (gRPC {vkact.grpc})"
             + (f", Triton {env.version} at {triton.url} (gRPC {triton.grpc})" if triton and env else ""))
-        load, reasons, latency, cpu, large, faults = measure(vkact, echo, triton, log)
-    return TritonResult(device, env, reason, load, reasons, latency, cpu, large, faults, 2 * LARGE * 4,
+        load, reasons, latency, cpu, large, faults, large_device_s = measure(vkact, echo, triton, log)
+    return TritonResult(device, env, reason, load, reasons, latency, cpu, large, faults, 2 * LARGE * 4, large_device_s,
                         (loadavg, os.getloadavg()[0]), time.perf_counter() - started)

@@ -123,6 +123,14 @@ def section(device_name: str, header_rows: list[tuple[str, str]], r: tr.TritonRe
                   "No server passes it with that client"
                   + (f", so {tr.TARGET_LARGE:g}× Triton with tritonclient.http is out of any server's reach on this machine."
                      if ceiling_ratio is not None and ceiling_ratio < tr.TARGET_LARGE else ".")]
+    triton_large = r.large.get("triton binary")
+    if ceiling is not None and triton_large is not None and r.large_device_s is not None:
+        allowed = triton_large.median / tr.TARGET_LARGE  # seconds a request at the target
+        lines += ["", f"At {tr.TARGET_LARGE:g}× Triton's MB/s a tritonclient.http request takes {allowed * 1e3:.1f} ms; "
+                  f"the client alone (the ceiling) takes {ceiling.median * 1e3:.1f} ms of it, which leaves a server "
+                  f"{(allowed - ceiling.median) * 1e3:.1f} ms a request. vkact's device time alone (the statistics "
+                  f"extension's compute_infer: the kernel's dispatch and its wait, nothing copied) was "
+                  f"{r.large_device_s * 1e3:.1f} ms a 16 MiB request in these rounds."]
     if r.client_faults:
         named = {"vkact binary": "vkact", "triton binary": "Triton", "ceiling binary": "the ceiling"}
         counts = ", ".join(f"{named.get(key, key)} {count:,.0f}" for key, count in r.client_faults.items())
