@@ -210,7 +210,7 @@ class LargeRequest:
     bytes_in_slots = 0  # the bytes of the slots they hold (slot_reader_bytes bounds them)
 
     def __init__(self, reader: BodyReader, length: int, runtime_app: VkactApp, app: Any,
-                 route: tuple[str | None, str | None, str] | None) -> None:
+                 route: tuple[str | None, str | None, str | None] | None) -> None:
         self.reader, self.length, self.runtime_app, self.app, self.route = reader, length, runtime_app, app, route
         self.head = b""  # the body's first bytes, read to look its JSON header up
 
@@ -232,7 +232,7 @@ class LargeRequest:
 
     async def _repeated(self, cycle: Any, scope: Any, receive: Any, send: Any) -> bool:
         """Serve a repeated /v2 binary request with its tensors read into the slot; False where the route decides."""
-        if self.route is None or self.route[0] is None:  # not /v2 binary, or /v1
+        if self.route is None or self.route[0] is None or self.route[2] is None:  # not /v2 binary: /v1, or JSON
             return False
         model, version, header_length = self.route
         state = self.runtime_app.runtime

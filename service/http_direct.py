@@ -17,7 +17,9 @@ about 15 us of a sequential /v1 request's p50 (bench/RESULTS.md). Otherwise one 
 (dataplane.execution.execute: the request timeout, the client's departure), as it did before.
 
 Only what the cache already decided comes this way: a /v2 or /v1 binary frame whose JSON header was
-parsed and validated before, answered in binary from its header's cached JSON, no X-Request-ID given, no
+parsed and validated before, answered in binary from its header's cached JSON, or a /v2 request sent as
+JSON whose structure (all but its tensors' values) was decided before (v2.json_repeat: its values
+decoded and checked, its answer's values written, as the route does); no X-Request-ID given, no
 Content-Encoding, no compressed answer asked (/v2), output at most LARGE bytes. Anything else, and any
 request the route must decide (its first, a limit it breaks), goes to the route on uvicorn's request
 cycle as before; an error raised on the way (busy, timeout, a lost worker) is answered by the same error
@@ -27,14 +29,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .api import hot_routes
 from .api.execution import count_against, end_response, send_whole, write_whole
 from .api.v1 import routes as v1
-from .api.v2 import routes as v2
+from .api.v2 import json_repeat, routes as v2
 from .api.v2.encoding import choose_encoding
 from .dataplane.execution import execute, record_success, start, startable
 from .limits import UNCHARGED_BYTES
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from .operators import OperatorDesc
 
 _V2 = (v2.infer, v2.infer_version)
+Parsed = Union[v1.Parsed, v2._Parsed, json_repeat.JsonParsed]  # a direct request's cached parse
 
 
 class _NoEvent:
@@ -57,10 +60,11 @@ class _NoEvent:
         pass
 
 
-def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str] | None:
+def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str | None] | None:
     """(model, version, Inference-Header-Content-Length) of a request the direct path may take: a /v2
-    (model set) or /v1 (model None) inference with a binary frame, nothing in its headers that the
-    route (or uvicorn's proxy headers middleware, X-Forwarded-*) would answer differently; None for any other."""
+    (model set) or /v1 (model None) inference with a binary frame, or a /v2 one without the header (JSON:
+    its length None), nothing in its headers that the route (or uvicorn's proxy headers middleware,
+    X-Forwarded-*) would answer differently; None for any other."""
     found = hot_routes.route("POST", path)
     if found is None:
         return None
@@ -74,10 +78,10 @@ def direct_route(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | N
             return None
         elif name == b"accept-encoding" and handler in _V2 and choose_encoding(value.decode("latin-1")) is not None:
             return None
+    if handler in _V2:  # a JSON request without the header (v2.json_repeat)
+        return params["model"], params.get("version"), None if header_length is None else header_length.decode("latin-1")
     if header_length is None:
         return None
-    if handler in _V2:
-        return params["model"], params.get("version"), header_length.decode("latin-1")
     return None, None, header_length.decode("latin-1")
 
 
@@ -98,12 +102,12 @@ class Repeat:
     def __init__(self) -> None:
         self.path: str | None = None
         self.headers: list[tuple[bytes, bytes]] | None = None
-        self.direct: tuple[str | None, str | None, str] | None = None
+        self.direct: tuple[str | None, str | None, str | None] | None = None
         # (Inference-Header-Content-Length, body length, the JSON header, max_tensor_bytes, its parse)
         self.v1: tuple[str, int, bytes, int, v1.Parsed] | None = None
         self.rep: tuple[object, DeviceWorker, Repeatable | None] | None = None  # (parse, worker, its Repeatable)
 
-    def route(self, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str] | None:
+    def route(self, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str | None] | None:
         """``direct_route(path, headers)``, which depends on nothing else."""
         if path != self.path or headers != self.headers:
             self.path, self.headers, self.direct = path, list(headers), direct_route(path, headers)  # a copy: the cycle's may change
@@ -124,7 +128,7 @@ class Repeat:
             self.v1 = (header_length, len(body), raw, worker.info["max_tensor_bytes"], plan[0])
         return plan
 
-    def repeatable(self, worker: DeviceWorker, parsed: v1.Parsed | v2._Parsed) -> Repeatable | None:
+    def repeatable(self, worker: DeviceWorker, parsed: Parsed) -> Repeatable | None:
         """``worker.repeatable`` of ``parsed``'s job (its layout, and the slot and template number of its
         last job), kept while the connection repeats the request."""
         kept = self.rep
@@ -147,7 +151,7 @@ class DirectCycle:
     message_event = _NoEvent
 
     def __init__(self, proto: NativeHttpProtocol, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
-                 keep_alive: bool, route: tuple[str | None, str | None, str]) -> None:
+                 keep_alive: bool, route: tuple[str | None, str | None, str | None]) -> None:
         self.proto, self.path, self.raw_path, self.headers, self.body = proto, path, raw_path, headers, body
         self.transport, self.flow = proto.transport, proto.flow
         self.default_headers = proto.server_state.default_headers
@@ -160,7 +164,7 @@ class DirectCycle:
         later, self.later = self.later, None
         return later if later is not None else self._serve(app)
 
-    def _plan(self, state: Runtime) -> tuple[v1.Parsed | v2._Parsed, memoryview] | None:
+    def _plan(self, state: Runtime) -> tuple[Parsed, memoryview] | None:
         """The cached parse and the tensor bytes of a request the direct path answers; None: the route decides.
         Looked up once: ``start`` leaves it to the task where the job cannot go at once."""
         if self.planned is not _UNPLANNED:
@@ -168,13 +172,15 @@ class DirectCycle:
         self.planned = self._look_up(state)
         return self.planned
 
-    def _look_up(self, state: Runtime) -> tuple[v1.Parsed | v2._Parsed, memoryview] | None:
+    def _look_up(self, state: Runtime) -> tuple[Parsed, memoryview] | None:
         model, version, header_length = self.route
         body = self.body
         # h1http's bodies are never charged to the budget of bytes in flight (read_body's rule); one over
         # a limit is the route's to refuse
         if len(body) > min(UNCHARGED_BYTES, state.settings.max_body_bytes, state.inflight.limit):
             return None
+        if header_length is None:
+            return json_repeat.repeated_json(state, model, version, memoryview(body))  # type: ignore[arg-type]
         if model is not None:
             return v2.repeated(state, model, version, header_length, memoryview(body))
         return self.proto.repeat.v1_look_up(state, header_length, body)
@@ -222,7 +228,7 @@ class DirectCycle:
             self._in_task(self.proto.run_cycle(self, _Failed(self.app, exc, parsed.op.type_name(), request_id)))  # type: ignore[arg-type]
             return
         assert result is not None
-        headers = _headers(parsed, request_id)
+        headers = _headers(parsed, request_id, content)
         if self.flow.write_paused and not self.disconnected:  # the transport has no room: send_whole waits for it
             self._in_task(self._send(self.app.runtime, parsed.op, headers, content, self.started, result, self.input_bytes))
             return
@@ -263,7 +269,7 @@ class DirectCycle:
         except Exception as exc:  # noqa: BLE001 - answered by the route's error handlers
             await self.proto.run_cycle(self, _Failed(app, exc, op.type_name(), request_id))
             return
-        await self._send(state, op, _headers(parsed, request_id), content, started, result, sum(b.nbytes for b in buffers))
+        await self._send(state, op, _headers(parsed, request_id, content), content, started, result, sum(b.nbytes for b in buffers))
 
     async def _send(self, state: Runtime, op: OperatorDesc, headers: list[tuple[bytes, bytes]], content: bytes, started: float,
                     result: Result, input_bytes: int) -> None:
@@ -279,12 +285,16 @@ class DirectCycle:
         self.transport.close()
 
 
-def _headers(parsed: v1.Parsed | v2._Parsed, request_id: bytes | None) -> list[tuple[bytes, bytes]]:
-    return parsed.frame_headers if request_id is None else [*parsed.frame_headers, (b"x-request-id", request_id)]  # type: ignore[return-value]
+def _headers(parsed: Parsed, request_id: bytes | None, content: bytes) -> list[tuple[bytes, bytes]]:
+    headers = parsed.headers(content) if isinstance(parsed, json_repeat.JsonParsed) else parsed.frame_headers
+    return headers if request_id is None else [*headers, (b"x-request-id", request_id)]  # type: ignore[return-value, list-item]
 
 
-def _frame(parsed: v1.Parsed | v2._Parsed, result: Result) -> bytes:
-    """The answer's body: the cached JSON header, then the output copied from the slot (no view of it kept)."""
+def _frame(parsed: Parsed, result: Result) -> bytes:
+    """The answer's body: a binary frame's cached JSON header, then the output copied from the slot (no view
+    of it kept); a JSON request's answer text."""
+    if isinstance(parsed, json_repeat.JsonParsed):
+        return parsed.answer(result)
     data = parsed.output_view(result)  # first: /v1's head is built with its first answer
     return b"".join((parsed.head, data))  # type: ignore[arg-type]
 

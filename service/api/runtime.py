@@ -37,6 +37,7 @@ class Runtime:
     worker: DeviceWorker | None = None  # set when the app starts (its lifespan), with the event loop
     grpc: GrpcTransport | None = None  # gRPC's connections and calls, where gRPC is served (set with the worker)
     grpc_requests: HeaderCache[Any] = field(default_factory=HeaderCache)  # gRPC's ModelInfer, as v2_headers
+    v2_json: HeaderCache[Any] = field(default_factory=HeaderCache)  # /v2 JSON requests by structure (v2.json_repeat)
     graphs_path: str = ""  # the server's graph model file (slots.server_file); "": graphs.json beside the registry's
     batching_path: str = ""  # the server's model batching file (slots.server_file); "": batching.json beside the registry's
     inflight: InflightBudget = field(init=False)  # request bytes in flight, HTTP's and gRPC's (VKACT_INFLIGHT_BYTES)

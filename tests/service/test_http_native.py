@@ -136,6 +136,33 @@ def test_repeated_binary_requests_pipelined_answer_as_on_httptools(servers):
     assert all(len(headers["x-request-id"]) == 32 for _, headers, _ in native[:4] + native[9:])
 
 
+def shrink(x: np.ndarray, bias: float, threshold: float) -> np.ndarray:
+    """DirectML's SHRINK in float64, rounded to float32 once."""
+    x64 = x.astype(np.float64)
+    return np.where(x64 < -threshold, x64 + bias, np.where(x64 > threshold, x64 - bias, 0.0)).astype(np.float32)
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "FP16"])
+def test_repeated_json_requests_pipelined_answer_each_ones_values(servers, datatype):
+    """JSON /v2 requests of one structure whose values change, pipelined on one connection (the native port
+    answers them on the direct path by their structure: v2.json_repeat): each answer is SHRINK of its own
+    values (float64 numpy), and the same as httptools'."""
+    dtype = np.float32 if datatype == "FP32" else np.float16
+    xs = [np.random.default_rng(i).standard_normal(16).astype(dtype) * 2 for i in range(6)]
+    params = {"Bias": 0.25, "Threshold": 0.5}
+    bodies = [json.dumps({"inputs": [{"name": "InputTensor", "shape": [4, 4], "datatype": datatype, "data": x.reshape(4, 4).tolist()}],
+                          "parameters": params}).encode() for x in xs]
+    raw = b"".join(raw_request("/v2/models/shrink/infer", body, {"Connection": "close"} if i == len(bodies) - 1 else {})
+                   for i, body in enumerate(bodies))
+    native, plain = (exchange(servers[name], raw) for name in ("native", "httptools"))
+    assert [comparable(a) for a in native] == [comparable(a) for a in plain]
+    assert [status for status, _, _ in native] == [200] * len(xs)
+    for x, (_, _, body) in zip(xs, native):
+        got = np.array(json.loads(body)["outputs"][0]["data"], np.float64)
+        expected = shrink(x.astype(np.float32), **{k.lower(): v for k, v in params.items()}).astype(dtype)
+        np.testing.assert_array_equal(got, expected.astype(np.float64))
+
+
 def test_many_keep_alive_requests_split_anywhere(servers):
     """One connection, 40 requests, written in pieces that cut heads and bodies at every offset."""
     path, body, headers = CASES["v1 binary"]

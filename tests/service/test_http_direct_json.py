@@ -1,0 +1,113 @@
+"""The direct HTTP/1.1 path for /v2 requests sent as JSON (service/api/v2/json_repeat.py): a request whose
+structure (everything but its tensors' values) repeats is answered without ASGI, byte for byte as the
+route answers it; a request whose values the route's checks refuse, or that is not the plain case, is the
+route's, answered as before. In-process, as test_http_direct: the protocol on a recording transport, the
+device worker stubbed to echo its first input (the numerics over the real worker are test_http_native's
+and the JSON cases of test_v2)."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from service.http_direct import DirectCycle
+from tests.service.test_http_direct import Harness, answers, comparable, http, settle
+
+
+def json_request(values, datatype: str = "FP32", shape=None, model: str = "identity", extra: dict | None = None,
+                 tensor_extra: dict | None = None) -> bytes:
+    tensor = {"name": "InputTensor", "shape": shape if shape is not None else [len(values)], "datatype": datatype, "data": values,
+              **(tensor_extra or {})}
+    return http(f"/v2/models/{model}/infer", json.dumps({"inputs": [tensor], **(extra or {})}).encode(), {"Content-Type": "application/json"})
+
+
+def served(requests: list[bytes], direct: bool) -> tuple[list[tuple[int, dict, bytes]], list[bool]]:
+    """Each request on one connection, one after another: the answers, and whether each was on the direct path."""
+    async def run():
+        harness = Harness()
+        proto, transport = harness.connect(direct)
+        kinds = []
+        for request in requests:
+            proto.data_received(request)
+            await settle(proto)
+            kinds.append(type(proto.cycle) is DirectCycle)
+        return [comparable(a) for a in answers(transport.written)], kinds
+
+    return asyncio.run(run())
+
+
+def flat(values: list) -> list:
+    return [v for row in values for v in flat(row)] if values and type(values[0]) is list else values
+
+
+x = np.linspace(-2, 2, 12, dtype=np.float32)
+CASES = {
+    "FP32": [json_request((x + i).tolist()) for i in range(3)],
+    "FP32 nested": [json_request((x + i).reshape(3, 4).tolist(), shape=[3, 4]) for i in range(3)],
+    "FP16": [json_request((x * i).astype(np.float16).tolist(), "FP16") for i in range(3)],
+    "INT8": [json_request(list(range(-6 + i, 6 + i)), "INT8", model="shrink") for i in range(3)],
+    "non-finite": [json_request([1.5, "NaN", "Infinity", "-Infinity", -0.0, i]) for i in range(3)],
+    "SHRINK parameters": [json_request((x + i).tolist(), model="shrink", extra={"parameters": {"Bias": 0.25, "Threshold": 0.75}})
+                          for i in range(3)],
+    "outputs named": [json_request((x - i).tolist(), extra={"outputs": [{"name": "OutputTensor"}]}) for i in range(3)],
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASES)
+def test_repeated_json_requests_take_the_direct_path_and_answer_as_the_route(case):
+    requests = CASES[case]
+    direct, kinds = served(requests, True)
+    route, route_kinds = served(requests, False)
+    assert kinds == [True] * len(requests) and route_kinds == [False] * len(requests)
+    assert direct == route
+    for (status, headers, body), request in zip(direct, requests):
+        assert status == 200 and headers["content-type"] == "application/json", body
+        sent = json.loads(request.partition(b"\r\n\r\n")[2])["inputs"][0]["data"]
+        assert json.loads(body)["outputs"][0]["data"] == flat(sent)  # the echo: the input's values, flat
+
+
+REFUSED = {
+    "a string": ["x"] + x.tolist()[1:],
+    "a boolean": [True] + x.tolist()[1:],
+    "too few values": x.tolist()[:-1],
+    "past FP32": [1e39] + x.tolist()[1:],
+    "a ragged row": [x.tolist()[:6], x.tolist()[6:11]],
+}
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=REFUSED)
+def test_values_the_checks_refuse_are_the_routes_400_after_the_structure_was_seen(case):
+    requests = [json_request(x.tolist()), json_request(REFUSED[case], shape=[12]), json_request((x + 1).tolist())]
+    direct, kinds = served(requests, True)
+    route, _ = served(requests, False)
+    assert direct == route
+    assert [status for status, _, _ in direct] == [200, 400, 200]
+    assert json.loads(direct[1][2])["error"]
+    assert kinds == [True, False, True]  # the refused one answered on the route's cycle
+
+
+LEFT = {
+    "an id": {"extra": {"id": "seven"}},
+    "binary output asked": {"extra": {"parameters": {"binary_data_output": True}}},
+    "an input parameter": {"tensor_extra": {"parameters": {}}},
+    "an output's parameter": {"extra": {"outputs": [{"name": "OutputTensor", "parameters": {"binary_data": True}}]}},
+}
+
+
+@pytest.mark.parametrize("case", LEFT, ids=LEFT)
+def test_requests_that_are_not_the_plain_case_are_the_routes(case):
+    requests = [json_request((x + i).tolist(), **LEFT[case]) for i in range(2)]
+    direct, kinds = served(requests, True)
+    route, _ = served(requests, False)
+    assert kinds == [False, False]
+    assert direct == route and [status for status, _, _ in direct] == [200, 200]
+
+
+def test_a_connection_whose_json_requests_change_shape_is_answered_for_each():
+    requests = [json_request(x[:n].tolist()) for n in (12, 5, 12, 1, 5)] + [json_request(x.tolist(), "FP16")]
+    direct, kinds = served(requests, True)
+    route, _ = served(requests, False)
+    assert all(kinds) and direct == route
+    assert [len(json.loads(body)["outputs"][0]["data"]) for _, _, body in direct] == [12, 5, 12, 1, 5, 12]
