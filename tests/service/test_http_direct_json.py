@@ -111,3 +111,19 @@ def test_a_connection_whose_json_requests_change_shape_is_answered_for_each():
     route, _ = served(requests, False)
     assert all(kinds) and direct == route
     assert [len(json.loads(body)["outputs"][0]["data"]) for _, _, body in direct] == [12, 5, 12, 1, 5, 12]
+
+
+@pytest.mark.parametrize("place", ["parameters", "outputs", "Bias"])
+def test_a_bare_non_finite_number_is_not_taken_for_the_null_seen_before(place):
+    """orjson writes a float NaN or Infinity (the json module parses the bare tokens) as null: the structure of
+    a request with one must not be the key of the same request with null, which the route answers otherwise."""
+    def request(value, i: int) -> bytes:
+        extra = {"parameters": {"Bias": value}} if place == "Bias" else {place: value}
+        return json_request((x + i).tolist(), model="shrink", extra=extra)
+
+    requests = [request(None, 0), request(float("inf"), 1), request(float("nan"), 2), request(-float("inf"), 3)]
+    direct, kinds = served(requests, True)
+    route, _ = served(requests, False)
+    assert direct == route
+    assert [status for status, _, _ in direct][1:] == [400, 400, 400]
+    assert not any(kinds)  # null or not finite: the route's, each

@@ -88,7 +88,8 @@ class JsonParsed:
 
 def structure(header: dict) -> bytes | None:
     """The text of ``header`` without its inputs' values: what decides a JSON request but its tensors. None
-    where the request is not the plain case (an ``id``, an input that is not an object with ``data``)."""
+    where the request is not the plain case (an ``id``, an input that is not an object with ``data``), or
+    where the text would not tell it apart from another (a null in it: see below)."""
     tensors = header.get("inputs")
     if "id" in header or type(tensors) is not list or not tensors:
         return None
@@ -98,9 +99,12 @@ def structure(header: dict) -> bytes | None:
             return None
         stripped.append({k: v for k, v in tensor.items() if k != "data"})
     try:
-        return orjson.dumps({**header, "inputs": stripped})
+        text = orjson.dumps({**header, "inputs": stripped})
     except orjson.JSONEncodeError:  # an integer past 64 bits (the json module parsed it): the route decides
         return None
+    # orjson writes a non-finite float (a bare NaN or Infinity, which the json module parses) as null: such a
+    # text would be the key of the same request with null there, which the route may answer otherwise
+    return None if b"null" in text else text
 
 
 def repeated_json(state: Runtime, model: str, version: str | None, body: memoryview) -> tuple[JsonParsed, memoryview] | None:
