@@ -147,7 +147,7 @@ class DirectCycle:
 
     __slots__ = ("proto", "path", "raw_path", "headers", "body", "transport", "flow", "default_headers", "keep_alive", "on_response",
                  "disconnected", "response_started", "response_complete", "waiting_for_100_continue", "route",
-                 "app", "parsed", "started", "input_bytes", "later", "planned")
+                 "app", "parsed", "started", "input_bytes", "later", "planned", "answer_id")
     message_event = _NoEvent
 
     def __init__(self, proto: NativeHttpProtocol, path: str, raw_path: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
@@ -159,6 +159,7 @@ class DirectCycle:
         self.disconnected = self.response_started = self.response_complete = self.waiting_for_100_continue = False
         self.later: Coroutine[Any, Any, None] | None = None  # what the task runs instead of _serve (see _in_task)
         self.planned: object = _UNPLANNED  # _plan's answer
+        self.answer_id: str | None = None  # a JSON request's id, which its answer's JSON carries (v2.json_repeat)
 
     def run_asgi(self, app: hot_routes.VkactApp) -> Coroutine[Any, Any, None]:
         later, self.later = self.later, None
@@ -180,7 +181,11 @@ class DirectCycle:
         if len(body) > min(UNCHARGED_BYTES, state.settings.max_body_bytes, state.inflight.limit):
             return None
         if header_length is None:
-            return json_repeat.repeated_json(state, model, version, memoryview(body))  # type: ignore[arg-type]
+            found = json_repeat.repeated_json(state, model, version, memoryview(body))  # type: ignore[arg-type]
+            if found is None:
+                return None
+            parsed, tensors, self.answer_id = found
+            return parsed, tensors
         if model is not None:
             return v2.repeated(state, model, version, header_length, memoryview(body))
         return self.proto.repeat.v1_look_up(state, header_length, body)
@@ -219,7 +224,7 @@ class DirectCycle:
         if result is not None:
             try:
                 try:
-                    content = _frame(parsed, result)
+                    content, headers = _answer(parsed, result, self.answer_id)
                 finally:
                     result.release()
             except Exception as error:  # noqa: BLE001
@@ -228,7 +233,7 @@ class DirectCycle:
             self._in_task(self.proto.run_cycle(self, _Failed(self.app, exc, parsed.op.type_name(), request_id)))  # type: ignore[arg-type]
             return
         assert result is not None
-        headers = _headers(parsed, request_id, content)
+        headers = _with_id(headers, request_id)
         if self.flow.write_paused and not self.disconnected:  # the transport has no room: send_whole waits for it
             self._in_task(self._send(self.app.runtime, parsed.op, headers, content, self.started, result, self.input_bytes))
             return
@@ -263,13 +268,13 @@ class DirectCycle:
             if result is None:  # the client left: its connection is gone, nobody to answer
                 return
             try:
-                content = _frame(parsed, result)
+                content, headers = _answer(parsed, result, self.answer_id)
             finally:
                 result.release()
         except Exception as exc:  # noqa: BLE001 - answered by the route's error handlers
             await self.proto.run_cycle(self, _Failed(app, exc, op.type_name(), request_id))
             return
-        await self._send(state, op, _headers(parsed, request_id, content), content, started, result, sum(b.nbytes for b in buffers))
+        await self._send(state, op, _with_id(headers, request_id), content, started, result, sum(b.nbytes for b in buffers))
 
     async def _send(self, state: Runtime, op: OperatorDesc, headers: list[tuple[bytes, bytes]], content: bytes, started: float,
                     result: Result, input_bytes: int) -> None:
@@ -285,18 +290,17 @@ class DirectCycle:
         self.transport.close()
 
 
-def _headers(parsed: Parsed, request_id: bytes | None, content: bytes) -> list[tuple[bytes, bytes]]:
-    headers = parsed.headers(content) if isinstance(parsed, json_repeat.JsonParsed) else parsed.frame_headers
-    return headers if request_id is None else [*headers, (b"x-request-id", request_id)]  # type: ignore[return-value, list-item]
+def _with_id(headers: list[tuple[bytes, bytes]], request_id: bytes | None) -> list[tuple[bytes, bytes]]:
+    return headers if request_id is None else [*headers, (b"x-request-id", request_id)]
 
 
-def _frame(parsed: Parsed, result: Result) -> bytes:
-    """The answer's body: a binary frame's cached JSON header, then the output copied from the slot (no view
-    of it kept); a JSON request's answer text."""
+def _answer(parsed: Parsed, result: Result, answer_id: str | None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """The answer's body and HTTP headers (but X-Request-ID), the output copied from the slot (no view of it
+    kept): a binary frame's cached JSON header and the output; a JSON request's (v2.json_repeat)."""
     if isinstance(parsed, json_repeat.JsonParsed):
-        return parsed.answer(result)
+        return parsed.answer(result, answer_id)
     data = parsed.output_view(result)  # first: /v1's head is built with its first answer
-    return b"".join((parsed.head, data))  # type: ignore[arg-type]
+    return b"".join((parsed.head, data)), parsed.frame_headers  # type: ignore[arg-type, return-value]
 
 
 class _Failed:

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from client.codec import HEADER_LENGTH
 from service.http_direct import DirectCycle
 from tests.service.test_http_direct import Harness, answers, comparable, http, settle
 
@@ -52,6 +53,11 @@ CASES = {
     "SHRINK parameters": [json_request((x + i).tolist(), model="shrink", extra={"parameters": {"Bias": 0.25, "Threshold": 0.75}})
                           for i in range(3)],
     "outputs named": [json_request((x - i).tolist(), extra={"outputs": [{"name": "OutputTensor"}]}) for i in range(3)],
+    "an id each": [json_request((x + i).tolist(), extra={"id": f"request-{i}"}) for i in range(3)],
+    "a null id": [json_request((x + i).tolist(), extra={"id": None}) for i in range(3)],
+    "binary output asked": [json_request((x + i).tolist(), extra={"parameters": {"binary_data_output": True}}) for i in range(3)],
+    "binary output, an id": [json_request((x + i).tolist(), extra={"id": str(i), "outputs": [{"name": "OutputTensor", "parameters": {"binary_data": True}}]})
+                             for i in range(3)],
 }
 
 
@@ -63,9 +69,17 @@ def test_repeated_json_requests_take_the_direct_path_and_answer_as_the_route(cas
     assert kinds == [True] * len(requests) and route_kinds == [False] * len(requests)
     assert direct == route
     for (status, headers, body), request in zip(direct, requests):
-        assert status == 200 and headers["content-type"] == "application/json", body
-        sent = json.loads(request.partition(b"\r\n\r\n")[2])["inputs"][0]["data"]
-        assert json.loads(body)["outputs"][0]["data"] == flat(sent)  # the echo: the input's values, flat
+        assert status == 200, body
+        sent = json.loads(request.partition(b"\r\n\r\n")[2])
+        values = flat(sent["inputs"][0]["data"])
+        if HEADER_LENGTH.lower() in headers:  # asked as binary data: the JSON header, then the output's bytes
+            n = int(headers[HEADER_LENGTH.lower()])
+            head, data = json.loads(body[:n]), body[n:]
+            assert headers["content-type"] == "application/octet-stream" and data == np.array(values, np.float32).tobytes()
+        else:
+            head = json.loads(body)
+            assert headers["content-type"] == "application/json" and head["outputs"][0]["data"] == values  # the echo
+        assert head.get("id") == sent.get("id")
 
 
 REFUSED = {
@@ -89,10 +103,10 @@ def test_values_the_checks_refuse_are_the_routes_400_after_the_structure_was_see
 
 
 LEFT = {
-    "an id": {"extra": {"id": "seven"}},
-    "binary output asked": {"extra": {"parameters": {"binary_data_output": True}}},
+    "an id not a string": {"extra": {"id": 7}},
     "an input parameter": {"tensor_extra": {"parameters": {}}},
-    "an output's parameter": {"extra": {"outputs": [{"name": "OutputTensor", "parameters": {"binary_data": True}}]}},
+    "an output in shared memory": {"extra": {"outputs": [{"name": "OutputTensor", "parameters": {
+        "shared_memory_region": "nowhere", "shared_memory_byte_size": 48}}]}},
 }
 
 
@@ -102,7 +116,8 @@ def test_requests_that_are_not_the_plain_case_are_the_routes(case):
     direct, kinds = served(requests, True)
     route, _ = served(requests, False)
     assert kinds == [False, False]
-    assert direct == route and [status for status, _, _ in direct] == [200, 200]
+    expected = {"an id not a string": 400, "an input parameter": 200, "an output in shared memory": 404}[case]  # no such region
+    assert direct == route and [status for status, _, _ in direct] == [expected] * 2
 
 
 def test_a_connection_whose_json_requests_change_shape_is_answered_for_each():
@@ -127,3 +142,46 @@ def test_a_bare_non_finite_number_is_not_taken_for_the_null_seen_before(place):
     assert direct == route
     assert [status for status, _, _ in direct][1:] == [400, 400, 400]
     assert not any(kinds)  # null or not finite: the route's, each
+
+
+def test_inputs_sent_out_of_the_descriptors_order_are_each_where_the_descriptor_says():
+    """RELU_GRAD's InputTensor and InputGradientTensor, sent gradient first: the echo answers InputTensor's values."""
+    def request(i: int) -> bytes:
+        tensors = [{"name": "InputGradientTensor", "shape": [4], "datatype": "FP32", "data": [5.0 + i, 6, 7, 8]},
+                   {"name": "InputTensor", "shape": [4], "datatype": "FP32", "data": [1.0 + i, 2, 3, 4]}]
+        return http("/v2/models/relu_grad/infer", json.dumps({"inputs": tensors}).encode(), {})
+
+    requests = [request(i) for i in range(3)]
+    direct, kinds = served(requests, True)
+    route, _ = served(requests, False)
+    assert all(kinds) and direct == route
+    assert [json.loads(body)["outputs"][0]["data"] for _, _, body in direct] == [[1.0 + i, 2, 3, 4] for i in range(3)]
+
+
+def test_one_body_sent_to_two_models_is_answered_by_each():
+    body = json.dumps({"inputs": [{"name": "InputTensor", "shape": [12], "datatype": "FP32", "data": x.tolist()}]}).encode()
+    requests = [http(f"/v2/models/{model}/infer", body, {}) for model in ("identity", "relu", "identity", "sigmoid")]
+    direct, kinds = served(requests, True)
+    route, _ = served(requests, False)
+    assert all(kinds) and direct == route
+    assert [json.loads(body)["model_name"] for _, _, body in direct] == ["identity", "relu", "identity", "sigmoid"]
+
+
+def test_a_json_job_sent_at_once_is_answered_from_its_reply_without_a_task():
+    from tests.service.test_http_direct_now import FastEcho, until
+
+    async def run():
+        worker = FastEcho()
+        harness = Harness(worker)
+        proto, transport = harness.connect()
+        proto.data_received(CASES["an id each"][0])
+        sent = (type(proto.cycle) is DirectCycle, len(proto.tasks), len(worker.jobs), worker.runs)
+        worker.reply()
+        await until(lambda: len(answers(transport.written)) == 1)
+        return harness, sent, worker, answers(transport.written)
+
+    harness, sent, worker, got = asyncio.run(run())
+    assert sent == (True, 0, 1, 0)  # its first request already: no task, its job sent from data_received
+    route, _ = served(CASES["an id each"][:1], False)
+    assert [comparable(a) for a in got] == route
+    assert all(job.released for job in worker.jobs) and harness.stats("identity").nv_inference_request_success == 1

@@ -1,18 +1,20 @@
 """A /v2 inference sent as JSON whose structure repeats, for the direct HTTP path (service/http_direct.py).
 
-A JSON request's text differs from the last one's in its tensors' values alone, so the header cache that
-serves binary frames (v2.routes._seen) never matches it, and each one went through the whole route:
-pydantic's envelope, the descriptor, the output plans, the answer's dict, Starlette's request and response.
-Here the request's JSON is parsed as the route parses it (json_text.load_header: the same bounds), and its
-structure, the text of everything but each input's ``data``, is the key of what the route decided for it:
-the descriptor, which input is which, the answer's JSON around the output's values. Each request's values
+A JSON request's text differs from the last one's in its tensors' values (and its ``id``) alone, so the
+header cache that serves binary frames (v2.routes._seen) never matches it, and each one went through the
+whole route: pydantic's envelope, the descriptor, the output plans, the answer's dict, Starlette's request
+and response. Here the request's JSON is parsed as the route parses it (json_text.load_header: the same
+bounds), and its structure, the text of everything but each input's ``data`` and the ``id``, is the key of
+what the route decided for it: the descriptor, which input is which, the answer's text around the
+output's values (or, for an output asked as binary data, the answer's JSON header). Each request's values
 are still decoded and checked by the route's own functions (v2.codec.json_tensor: every element exact in
 its datatype or a 400), and the answer's values written as the route writes them (client.codec.encode_data).
 
 Only the plain case comes this way: every input as JSON ``data`` and no parameters of its own, one output
-answered as JSON, no ``id`` (the answer would carry it), text and answer small enough for the event loop
-(INLINE_BYTES) and an output of at most LARGE bytes. Anything else, and any request whose values the checks
-refuse, goes to the route, which answers it (its error included) as before.
+answered as JSON or as binary data (not in shared memory), an ``id`` that is a string or null, a body
+within the direct path's 64 KiB, an output of at most LARGE bytes (INLINE_BYTES as JSON). Anything else,
+and any request whose values the checks refuse, goes to the route, which answers it (its error included)
+as before.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from ...descriptors.tensor import TensorDesc
 from ...jobs import LARGE, Result
 from ...limits import INLINE_BYTES
 from ...operators import OperatorDesc
+from ..execution import frame_headers
 from ..header_cache import HeaderCache
 from ..json_text import check_answer_values, dumps, load_header
 from ..runtime import Runtime
@@ -39,18 +42,23 @@ from .codec import build_operator, envelope, json_tensor, padded
 from .outputs import output_bytes, plan_outputs
 
 _DATA_END = b"[]}]}"  # how the answer's text ends with an empty output: its values' text goes where the [] is
+_ROUTE = object()  # the cache's entry for a structure that is the route's (not the plain case)
 
 
 @dataclass
 class JsonParsed:
     """What a JSON request's structure decides: ``op``, and for each of its inputs in the descriptor's order
-    (index in the request's ``inputs``, its descriptor, its datatype as sent); the answer's text before and
-    after the output's values."""
+    (index in the request's ``inputs``, its descriptor, its datatype as sent); the answer: its output's entry
+    (without the values), and its text without an ``id``: before the values (``binary`` False) or the
+    binary frame's JSON header (``binary`` True)."""
 
     op: OperatorDesc
     key: bytes
     inputs: list[tuple[int, TensorDesc, str]]
-    prefix: bytes
+    model: str
+    entry: dict[str, Any]
+    binary: bool
+    text: bytes
     in_place = False  # an inference never runs in place
 
     def decode(self, header: dict) -> memoryview:
@@ -73,25 +81,40 @@ class JsonParsed:
     def buffers(self, tail: memoryview) -> list[np.ndarray]:
         return [np.frombuffer(tail[o : o + n], np.uint8) for o, n, _ in self.spans()]
 
-    def answer(self, result: Result) -> bytes:
-        """The answer's JSON text, as the route writes it (v2.outputs.encode_outputs)."""
-        out = self.op.output
+    def answer(self, result: Result, request_id: str | None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """The answer's body and HTTP headers, as the route writes them (v2.outputs.encode_outputs and its
+        Response), the output read from ``result``'s slot."""
+        text = self.text if request_id is None else _text(self.model, request_id, self.entry, self.binary)
         nbytes = output_bytes(self.op)
-        values = encode_data(np.frombuffer(result.output, np.uint8, nbytes), out.DataType.info.numpy, nbytes, Encoding.JSON)
-        return b"".join((self.prefix, dumps(values), b"}]}"))
+        if self.binary:
+            body = b"".join((text, result.output[:nbytes]))
+            return body, [(b"vary", b"Accept-Encoding"), *frame_headers(len(text), len(body))]
+        dtype = self.op.output.DataType.info.numpy
+        body = b"".join((text, dumps(encode_data(np.frombuffer(result.output, np.uint8, nbytes), dtype, nbytes, Encoding.JSON)), b"}]}"))
+        return body, [(b"vary", b"Accept-Encoding"), (b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
 
-    @staticmethod
-    def headers(content: bytes) -> list[tuple[bytes, bytes]]:
-        """The answer's HTTP headers, as the route's Response writes them."""
-        return [(b"vary", b"Accept-Encoding"), (b"content-length", str(len(content)).encode()), (b"content-type", b"application/json")]
+
+def _text(model: str, request_id: str | None, entry: dict[str, Any], binary: bool) -> bytes:
+    """The answer's JSON as encode_outputs writes it: whole (its binary frame's header), or up to the
+    output's values."""
+    head: dict[str, Any] = {"model_name": model, "model_version": MODEL_VERSION}
+    if request_id is not None:
+        head["id"] = request_id
+    head["outputs"] = [entry if binary else {**entry, "data": []}]
+    text = dumps(head)
+    if binary:
+        return text
+    assert text.endswith(_DATA_END)
+    return text[: -len(_DATA_END)]
 
 
 def structure(header: dict) -> bytes | None:
-    """The text of ``header`` without its inputs' values: what decides a JSON request but its tensors. None
-    where the request is not the plain case (an ``id``, an input that is not an object with ``data``), or
-    where the text would not tell it apart from another (a null in it: see below)."""
+    """The text of ``header`` without its inputs' values and its ``id``: what decides a JSON request but its
+    tensors. None where the request is not the plain case (an ``id`` that is not a string or null, an input
+    that is not an object with ``data``), or where the text would not tell it apart from another (a null
+    in it: see below)."""
     tensors = header.get("inputs")
-    if "id" in header or type(tensors) is not list or not tensors:
+    if type(tensors) is not list or not tensors or type(header.get("id", "")) not in (str, type(None)):
         return None
     stripped = []
     for tensor in tensors:
@@ -99,7 +122,7 @@ def structure(header: dict) -> bytes | None:
             return None
         stripped.append({k: v for k, v in tensor.items() if k != "data"})
     try:
-        text = orjson.dumps({**header, "inputs": stripped})
+        text = orjson.dumps({**{k: v for k, v in header.items() if k != "id"}, "inputs": stripped})
     except orjson.JSONEncodeError:  # an integer past 64 bits (the json module parsed it): the route decides
         return None
     # orjson writes a non-finite float (a bare NaN or Infinity, which the json module parses) as null: such a
@@ -107,9 +130,10 @@ def structure(header: dict) -> bytes | None:
     return None if b"null" in text else text
 
 
-def repeated_json(state: Runtime, model: str, version: str | None, body: memoryview) -> tuple[JsonParsed, memoryview] | None:
-    """A plain JSON request (see the module): its structure's decision and its decoded tensors, for the direct
-    HTTP path; None for any other request and for any refused (the route answers it, its error included)."""
+def repeated_json(state: Runtime, model: str, version: str | None, body: memoryview) -> tuple[JsonParsed, memoryview, str | None] | None:
+    """A plain JSON request (see the module): its structure's decision, its decoded tensors and its ``id``,
+    for the direct HTTP path; None for any other request and for any refused (the route answers it, its
+    error included)."""
     if model not in MODELS or len(body) > INLINE_BYTES:
         return None
     try:
@@ -120,22 +144,22 @@ def repeated_json(state: Runtime, model: str, version: str | None, body: memoryv
         shape = structure(header)
         if shape is None:
             return None
-        cache: HeaderCache[JsonParsed] = state.v2_json
-        key = cache.key(shape, model_class, max_tensor_bytes, max_values)
+        cache: HeaderCache[JsonParsed | object] = state.v2_json
+        key = cache.key(shape, model, model_class, max_tensor_bytes, max_values)
         parsed = cache.get(key)
         if parsed is None:
             parsed = _decide(model, model_class, header, max_tensor_bytes, max_values)
-            if parsed is None:
-                return None
             cache.put(key, parsed)
-        return parsed, parsed.decode(header)
+        if not isinstance(parsed, JsonParsed):
+            return None
+        return parsed, parsed.decode(header), header.get("id")
     except Exception:  # noqa: BLE001 - the route parses it again and answers it, its error included
         return None
 
 
-def _decide(model: str, model_class: type[OperatorDesc], header: dict, max_tensor_bytes: int, max_values: int) -> JsonParsed | None:
-    """What the route decides for ``header``'s structure (its errors raised), or None where its answer is
-    not the plain one: an output as binary data or in shared memory, more than one, a large one."""
+def _decide(model: str, model_class: type[OperatorDesc], header: dict, max_tensor_bytes: int, max_values: int) -> JsonParsed | object:
+    """What the route decides for ``header``'s structure (its errors raised: nothing is kept for them), or
+    _ROUTE where its answer is not the plain one: an output in shared memory, more than one, a large one."""
     req = envelope(header)
     op = build_operator(model_class, req, max_tensor_bytes)
 
@@ -145,15 +169,17 @@ def _decide(model: str, model_class: type[OperatorDesc], header: dict, max_tenso
     try:
         plans = plan_outputs(op, req, no_region)  # type: ignore[arg-type]
     except LookupError:  # an output in shared memory
-        return None
+        return _ROUTE
     nbytes = output_bytes(op)
-    if len(plans) != 1 or plans[0].binary or plans[0].region is not None or nbytes > min(LARGE, INLINE_BYTES):
-        return None
-    check_answer_values(nbytes // op.output.DataType.info.size, max_values, "outputs", "ask for binary_data_output")
+    if len(plans) != 1 or plans[0].region is not None or nbytes > (LARGE if plans[0].binary else min(LARGE, INLINE_BYTES)):
+        return _ROUTE
+    binary = plans[0].binary
+    if not binary:
+        check_answer_values(nbytes // op.output.DataType.info.size, max_values, "outputs", "ask for binary_data_output")
     where = {tensor.name: i for i, tensor in enumerate(req.inputs)}
     inputs = [(where[name], getattr(op, name), req.inputs[where[name]].datatype) for name in op.input_fields]
     out = op.output
-    empty = dumps({"model_name": model, "model_version": MODEL_VERSION,
-                   "outputs": [{"name": plans[0].name, "datatype": DML_TO_V2[out.DataType], "shape": list(out.Sizes), "data": []}]})
-    assert empty.endswith(_DATA_END)
-    return JsonParsed(op, descriptor_key(op), inputs, empty[: -len(_DATA_END)])
+    entry: dict[str, Any] = {"name": plans[0].name, "datatype": DML_TO_V2[out.DataType], "shape": list(out.Sizes)}
+    if binary:
+        entry["parameters"] = {"binary_data_size": nbytes}
+    return JsonParsed(op, descriptor_key(op), inputs, model, entry, binary, _text(model, None, entry, binary))
