@@ -79,6 +79,7 @@ CASES = {
     "v2 version missing": ("/v2/models/relu/versions/9/infer", V2_JSON, {}),
     "v1 not JSON": ("/v1/execute", b"{not json", {}),
     "over max_body_bytes": ("/v2/models/relu/infer", b" " * 5000, {}),
+    "v2 JSON over 64 KiB": ("/v2/models/relu/infer", V2_JSON + b" " * 70_000, {}),  # handed over at its head: http_body
     "bad header length": ("/v2/models/relu/infer", V2_JSON, {"Inference-Header-Content-Length": "x"}),
     "HEAD of an inference route": ("/v2/models/relu/infer", b"", {"_method": "HEAD"}),
     "GET of an inference route": ("/v1/execute", b"", {"_method": "GET"}),
@@ -94,6 +95,7 @@ def test_answers_are_those_of_httptools(servers, case):
     raw = raw_request(path, body, {**headers, "Connection": "close"}, method)
     native, plain = (exchange(servers[name], raw) for name in ("native", "httptools"))
     assert [comparable(a) for a in native] == [comparable(a) for a in plain]
+    assert [("x-request-id" in h) for _, h, _ in native] == [("x-request-id" in h) for _, h, _ in plain]
     status, answer_headers, answer = native[-1]
     if status >= 400 and method != b"HEAD":
         assert json.loads(answer)["error"], answer  # 4xx with a JSON body
