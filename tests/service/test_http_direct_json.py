@@ -50,6 +50,12 @@ CASES = {
     "FP16": [json_request((x * i).astype(np.float16).tolist(), "FP16") for i in range(3)],
     "INT8": [json_request(list(range(-6 + i, 6 + i)), "INT8", model="shrink") for i in range(3)],
     "non-finite": [json_request([1.5, "NaN", "Infinity", "-Infinity", -0.0, i]) for i in range(3)],
+    "FP32 edges": [json_request(np.array([1e-45, 3.4028234663852886e38, -0.0, 0.1, 1.1754943508222875e-38, -2.5 * i], np.float32).tolist())
+                   for i in range(3)],
+    "FP64": [json_request([1e-310, 1.7976931348623157e308, -0.0, 0.1, 5e-324, float(i)], "FP64") for i in range(3)],
+    "BF16": [json_request([1.5, -2.0, 0.0078125, 3.0e38 * 0, 256.0, float(i)], "BF16") for i in range(3)],
+    "INT64": [json_request([-2**63, 2**63 - 1, 0, -1, i], "INT64", model="shrink") for i in range(3)],
+    "UINT64": [json_request([0, 2**64 - 1, 2**53 + 1, i], "UINT64", model="shrink") for i in range(3)],
     "SHRINK parameters": [json_request((x + i).tolist(), model="shrink", extra={"parameters": {"Bias": 0.25, "Threshold": 0.75}})
                           for i in range(3)],
     "outputs named": [json_request((x - i).tolist(), extra={"outputs": [{"name": "OutputTensor"}]}) for i in range(3)],

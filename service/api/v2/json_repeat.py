@@ -89,9 +89,26 @@ class JsonParsed:
         if self.binary:
             body = b"".join((text, result.output[:nbytes]))
             return body, [(b"vary", b"Accept-Encoding"), *frame_headers(len(text), len(body))]
-        dtype = self.op.output.DataType.info.numpy
-        body = b"".join((text, dumps(encode_data(np.frombuffer(result.output, np.uint8, nbytes), dtype, nbytes, Encoding.JSON)), b"}]}"))
+        body = b"".join((text, _values_text(np.frombuffer(result.output, np.uint8, nbytes), self.op.output.DataType.info.numpy), b"}]}"))
         return body, [(b"vary", b"Accept-Encoding"), (b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+
+
+_NATIVE_KINDS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                                                  np.uint8, np.uint16, np.uint32, np.uint64))
+
+
+def _values_text(data: np.ndarray, dtype: np.dtype) -> bytes:
+    """The output's values as the route writes them (client.codec.encode_data, then orjson): numpy's integers
+    and finite floats straight from the array (the same text: orjson writes a float64 array's elements as it
+    writes Python floats; a float32 or float16 one is widened first, as tolist widens it), which spares a
+    Python object per element; BF16 and non-finite values (written as strings) through encode_data."""
+    if dtype in _NATIVE_KINDS:
+        values = data.view(dtype)
+        if values.dtype.kind in "iu":
+            return orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
+        if np.isfinite(values).all():
+            return orjson.dumps(values.astype(np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
+    return dumps(encode_data(data, dtype, data.nbytes, Encoding.JSON))
 
 
 def _text(model: str, request_id: str | None, entry: dict[str, Any], binary: bool) -> bytes:
