@@ -15,6 +15,7 @@ from ..supervisor import registry_owner
 from ..worker import DeviceWorker
 from . import errors, health, openapi
 from .grpc import descriptors as grpc_descriptors
+from .v2 import control as v2_control
 from .v2 import statistics
 from .v1 import routes as v1
 from .v2 import routes as v2
@@ -68,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(v1.router)
     app.include_router(health.router)
     app.include_router(grpc_descriptors.router)
-    app.include_router(statistics.router)  # before v2's: /v2/models/stats is no model's metadata
+    app.include_router(statistics.router)  # before v2.control's: /v2/models/stats is no model's metadata
+    app.include_router(v2_control.router)
     app.include_router(v2.router)
     app.include_router(v2_shm.router)
     app.include_router(v2_shm.cuda_router)

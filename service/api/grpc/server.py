@@ -34,7 +34,7 @@ from .status import RpcError, status_text
 from .transport import GrpcTransport, Route, Send
 from ..runtime import Runtime
 from ..v2.statistics import model_stats
-from ..v2.routes import EXTENSIONS
+from ..v2.control import EXTENSIONS
 from ..v2.settings import NO_LOGGING, NO_TRACE_GRPC
 from .. import repository
 from ...dataplane.models import MODELS, find_model

@@ -3,7 +3,8 @@ shared memory, model repository, model configuration), so tritonclient, perf_ana
 clients talk to vkact as to Triton. Each operator is a model (see dataplane.models); an inference is parsed
 (v2.codec, v2.encoding), run through the data plane as /v1 is (dataplane.execution) and answered (v2.outputs).
 A graph loaded through the repository (api.repository, dataplane.graph_models) is a model too, inferred
-by v2.graph_infer."""
+by v2.graph_infer. This module is the inference and /v2's X-Request-ID; health, metadata, readiness,
+configuration and the model repository are v2.control's routes."""
 from __future__ import annotations
 
 import os
@@ -11,38 +12,32 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from client.codec import BINARY_CONTENT_TYPE, HEADER_LENGTH, CodecError, frame_parts
 
-from ...errors import InvalidRequest, UnknownOperator, VkactError
+from ...errors import VkactError
 from ...operators import OperatorDesc
 from ...shared_memory import Region, SharedMemoryRegistry
-from ...dataplane import descriptor_key, is_ready, ready_device
-from ..execution import FrameResponse, answered, binary_frame, frame_headers, count_against, read_body, request_body, run_on_device, within_budget
+from ...dataplane import descriptor_key, ready_device
+from ..execution import FrameResponse, answered, binary_frame, frame_headers, count_against, request_body, run_on_device, within_budget
 from ..chunked_body import ChunkInput, Chunks
 from ..header_cache import HeaderCache
 from ..runtime import Runtime, device_worker, runtime
-from ...limits import CONTROL_BODY_BYTES, GRAPH_CONFIG_BYTES, INLINE_BYTES
-from ..json_text import check_answer_values, in_json_thread, load_header
+from ...limits import INLINE_BYTES
+from ..json_text import check_answer_values, in_json_thread
 from .codec import InferenceRequest, build_operator, decode_inputs, json_inputs, json_length, padded, parse_frame
 from .encoding import choose_encoding, compress
-from .. import repository
 from ...dataplane.models import MODELS, find_model
 from ...jobs import LARGE, Result
 from .outputs import OutputPlan, encode_response, output_bytes, plan_outputs
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 
-#: What GET /v2 advertises: only what is implemented. model_repository is the index, load and unload
-#: (graph models; an operator model is built in: its load sets its batching, its unload is refused);
-#: model_configuration is GET .../config.
-EXTENSIONS = ["binary_tensor_data", "system_shared_memory", "model_repository", "model_configuration", "statistics"]
 
 
 class RequestIdMiddleware:
@@ -107,124 +102,6 @@ def _new_pool() -> None:  # at import, and in a forked child: never the parent's
 
 _new_pool()
 os.register_at_fork(after_in_child=_new_pool)
-
-
-def _ready(request: Request) -> bool:
-    return is_ready(device_worker(request))
-
-
-# -- health and metadata --------------------------------------------------------------------------------
-
-
-@router.get("/health/live", summary="Server liveness")
-async def live() -> dict[str, bool]:
-    return {"live": True}
-
-
-@router.get("/health/ready", summary="Server readiness: the device is up and every shader loaded")
-async def ready(request: Request) -> JSONResponse:
-    ok = _ready(request)
-    return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
-
-
-@router.get("", summary="Server metadata")
-async def server_metadata(request: Request) -> dict[str, Any]:
-    return {"name": "vkact", "version": request.app.version, "extensions": EXTENSIONS}
-
-
-@router.get("/models/{model}", summary="Model metadata")
-async def model_metadata(request: Request, model: str) -> dict[str, Any]:
-    return await repository.metadata(runtime(request), model)
-
-
-@router.get("/models/{model}/versions/{version}", summary="Model metadata of one version")
-async def model_version_metadata(request: Request, model: str, version: str) -> dict[str, Any]:
-    return await repository.metadata(runtime(request), model, version)
-
-
-@router.get("/models/{model}/ready", summary="Model readiness")
-async def model_ready(request: Request, model: str) -> JSONResponse:
-    return _model_ready(request, {"name": model})
-
-
-@router.get("/models/{model}/versions/{version}/ready", summary="Model readiness of one version")
-async def model_version_ready(request: Request, model: str, version: str) -> JSONResponse:
-    return _model_ready(request, {"name": model, "version": version})
-
-
-def _model_ready(request: Request, answer: dict[str, Any]) -> JSONResponse:
-    """$model_ready_response. An unknown model or version is not ready: ``ready`` false (404, with the
-    reason in ``error``), as gRPC's ModelReady answers ready=false, so a probe that reads the flag
-    works on either protocol."""
-    try:
-        ok = repository.ready(runtime(request), answer["name"], answer.get("version"))
-    except UnknownOperator as exc:
-        return JSONResponse({**answer, "ready": False, "error": str(exc)}, status_code=404)
-    return JSONResponse({**answer, "ready": ok}, status_code=200 if ok else 503)
-
-
-@router.get("/models/{model}/config", summary="Model configuration (Triton's, as perf_analyzer reads it)")
-async def model_config(request: Request, model: str) -> dict[str, Any]:
-    return await repository.config(runtime(request), model)
-
-
-@router.get("/models/{model}/versions/{version}/config", summary="Model configuration of one version")
-async def model_version_config(request: Request, model: str, version: str) -> dict[str, Any]:
-    return await repository.config(runtime(request), model, version)
-
-
-# -- model repository ---------------------------------------------------------------------------------
-
-
-@router.post("/repository/index", summary="The models, with their state")
-async def repository_index(request: Request) -> list[dict[str, Any]]:
-    # tritonclient sends an empty body; Triton also takes {"ready": true}
-    body = await read_body(request, CONTROL_BODY_BYTES)
-    options: Any = {}
-    if bytes(body).strip():
-        try:
-            options = load_header(body, CONTROL_BODY_BYTES)
-        except VkactError:
-            raise
-        except ValueError:  # CodecError: not JSON, nested too deeply, not an object
-            options = None
-        if not isinstance(options, dict):
-            raise InvalidRequest("the body must be empty or a JSON object such as {\"ready\": true}")
-    if not isinstance(options.get("ready", False), bool):  # as Triton: not a filter quietly ignored
-        raise InvalidRequest(f"ready must be true or false, got {options['ready']!r}", "ready")
-    return repository.index(runtime(request), options.get("ready") is True)
-
-
-@router.post("/repository/models/{model}/load", summary="Load a graph model (parameters.config: its DML_GRAPH_DESC as JSON text), "
-             "or set an operator model's batching (parameters.config: Triton's model configuration)")
-async def load_model(request: Request, model: str) -> Response:
-    """Triton's load (see api.repository): ``parameters.config`` (a JSON string) is a graph to load as
-    model ``model``, or, for an operator model, Triton's model configuration, which sets max_batch_size
-    and dynamic_batching and is refused with 400 if it changes anything else; no config restores an
-    operator model's batching."""
-    limit = GRAPH_CONFIG_BYTES + CONTROL_BODY_BYTES  # a graph's JSON, escaped in a string
-    claim = runtime(request).inflight.claim()  # up to a MiB a load, held while it waits: within the budget
-    try:
-        body = await read_body(request, limit, claim)
-        try:  # values bounded by the body's length: the config's text is one value, parsed when loaded
-            options: Any = load_header(body, limit) if bytes(body).strip() else {}
-        except VkactError:
-            raise
-        except ValueError:  # CodecError: not JSON, nested too deeply
-            options = None
-        params = options.get("parameters", {}) if isinstance(options, dict) else None
-        if not isinstance(params, dict):
-            raise InvalidRequest('the body must be empty or {"parameters": {"config": "<a graph\'s or a model configuration\'s JSON>"}}', "parameters")
-        await repository.load(runtime(request), model, params)
-    finally:
-        claim.release()
-    return Response()
-
-
-@router.post("/repository/models/{model}/unload", summary="Unload a graph model (operator models are built in: refused)")
-async def unload_model(request: Request, model: str) -> Response:
-    await repository.unload(runtime(request), model)
-    return Response()
 
 
 # -- inference ----------------------------------------------------------------------------------------
