@@ -271,7 +271,6 @@ class GraphRun:
         self.params.clear()
 
 
-
 def pipelines(runs: Iterable[GraphRun]) -> int:
     """The pipelines ``runs`` hold, which MAX_GRAPH_PIPELINES bounds (on lavapipe each holds about 8 MB of
     the process's memory, which its allocator keeps for reuse once the run goes)."""
