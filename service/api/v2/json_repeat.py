@@ -8,7 +8,7 @@ bounds), and its structure, the text of everything but each input's ``data`` and
 what the route decided for it: the descriptor, which input is which, the answer's text around the
 output's values (or, for an output asked as binary data, the answer's JSON header). Each request's values
 are still decoded and checked by the route's own functions (v2.codec.json_tensor: every element exact in
-its datatype or a 400), and the answer's values written as the route writes them (client.codec.encode_data).
+its datatype or a 400), and the answer's values written as the route writes them (json_text.json_values).
 
 Only the plain case comes this way: every input as JSON ``data`` and no parameters of its own, one output
 answered as JSON or as binary data (not in shared memory), an ``id`` that is a string or null, a body
@@ -25,8 +25,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from client.codec import Encoding, encode_data
-
 from ...dataplane import descriptor_key, ready_device
 from ...dataplane.metrics import MODEL_VERSION
 from ...dataplane.models import DML_TO_V2, MODELS, find_model
@@ -36,7 +34,7 @@ from ...limits import INLINE_BYTES
 from ...operators import OperatorDesc
 from ..execution import frame_headers
 from ..header_cache import HeaderCache
-from ..json_text import check_answer_values, dumps, load_header
+from ..json_text import check_answer_values, dumps, json_values, load_header
 from ..runtime import Runtime
 from .codec import build_operator, envelope, json_tensor, padded
 from .outputs import output_bytes, plan_outputs
@@ -89,26 +87,8 @@ class JsonParsed:
         if self.binary:
             body = b"".join((text, result.output[:nbytes]))
             return body, [(b"vary", b"Accept-Encoding"), *frame_headers(len(text), len(body))]
-        body = b"".join((text, _values_text(np.frombuffer(result.output, np.uint8, nbytes), self.op.output.DataType.info.numpy), b"}]}"))
+        body = b"".join((text, dumps(json_values(np.frombuffer(result.output, np.uint8, nbytes), self.op.output.DataType.info.numpy)), b"}]}"))
         return body, [(b"vary", b"Accept-Encoding"), (b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
-
-
-_NATIVE_KINDS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
-                                                  np.uint8, np.uint16, np.uint32, np.uint64))
-
-
-def _values_text(data: np.ndarray, dtype: np.dtype) -> bytes:
-    """The output's values as the route writes them (client.codec.encode_data, then orjson): numpy's integers
-    and finite floats straight from the array (the same text: orjson writes a float64 array's elements as it
-    writes Python floats; a float32 or float16 one is widened first, as tolist widens it), which spares a
-    Python object per element; BF16 and non-finite values (written as strings) through encode_data."""
-    if dtype in _NATIVE_KINDS:
-        values = data.view(dtype)
-        if values.dtype.kind in "iu":
-            return orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
-        if np.isfinite(values).all():
-            return orjson.dumps(values.astype(np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
-    return dumps(encode_data(data, dtype, data.nbytes, Encoding.JSON))
 
 
 def _text(model: str, request_id: str | None, entry: dict[str, Any], binary: bool) -> bytes:

@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from client.codec import Encoding, encode_data
 
 from ...errors import InvalidRequest
 from ...operators import OperatorDesc
@@ -17,7 +16,7 @@ from ...shared_memory import Region
 from ...jobs import Result
 from ..execution import binary_frame
 from ...limits import INLINE_BYTES
-from ..json_text import in_json_thread, dumps
+from ..json_text import dumps, in_json_thread, json_values
 from ...dataplane.metrics import MODEL_VERSION
 from .codec import InferenceRequest
 from ...dataplane.models import DML_TO_V2
@@ -124,16 +123,15 @@ async def encode_outputs(model: str, request_id: str | None, plans: list[OutputP
             entry["parameters"] = {"binary_data_size": nbytes}
             binaries.append(data)
         else:  # non-finite values as "NaN", "Infinity", "-Infinity", as /v1 writes them: plain JSON stays valid
-            values = (data, tensor.dtype, nbytes, Encoding.JSON)
-            entry["data"] = await in_json_thread(encode_data, *values) if nbytes > INLINE_BYTES else encode_data(*values)
+            entry["data"] = await in_json_thread(json_values, data, tensor.dtype) if nbytes > INLINE_BYTES else json_values(data, tensor.dtype)
             json_bytes += nbytes
         outputs.append(entry)
     head: dict[str, Any] = {"model_name": model, "model_version": MODEL_VERSION}
     if request_id is not None:
         head["id"] = request_id
     head["outputs"] = outputs
-    json_values = json_bytes > INLINE_BYTES
-    head_bytes = await in_json_thread(dumps, head) if json_values else dumps(head)  # large: off the loop
+    large_text = json_bytes > INLINE_BYTES
+    head_bytes = await in_json_thread(dumps, head) if large_text else dumps(head)  # large: off the loop
     if not binaries:
         return head_bytes, None
     return await binary_frame(head_bytes, binaries), len(head_bytes)
